@@ -48,3 +48,35 @@ def recipe_message(
     for c in chunks:
         resp.accumulate(c)
     return json.loads(resp.to_json())["choices"][0]["message"]
+
+
+def recipe_messages_prompt(body: dict[str, Any], thinking: bool = False) -> str:
+    """DeepSeek's own prompt text (``deepseek-recipe``'s Messages converter and V4 encoder) of an
+    Anthropic Messages request ``body`` (``max_tokens`` optional, as on ``count_tokens``), thinking
+    on or off."""
+    b = {"max_tokens": 1, **copy.deepcopy(body), "model": "DeepSeek-V4-Pro"}
+    b["thinking"] = {"type": "enabled" if thinking else "disabled"}
+    req = recipe.MessagesRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False))
+    return recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt
+
+
+def recipe_messages_response(
+    body: dict[str, Any], reply: str, thinking: bool, finish: str = "stop"
+) -> dict[str, Any]:
+    """DeepSeek's own Messages response (``deepseek-recipe``'s Messages event generator and
+    accumulator, a JSON object) for the generated ``reply`` text of the Messages request
+    ``body``, the generation ended by EOS (``finish`` ``"stop"``) or by ``max_tokens``
+    (``"length"``)."""
+    b = {"max_tokens": 1, **copy.deepcopy(body), "model": "DeepSeek-V4-Pro"}
+    b["thinking"] = {"type": "enabled" if thinking else "disabled"}
+    req = recipe.MessagesRequest(b).convert(recipe.ConversionOptions())
+    proc = recipe.StreamProcessor(recipe.MessagesRequest.chunk_generator(req, "id", "m"), req.parsing_options)
+    reason = recipe.InferenceFinishReason.Stop if finish == "stop" else recipe.InferenceFinishReason.Length
+    events = proc.push(recipe.InferenceChunk.ready(prompt_usage=recipe.PromptUsage(prompt_tokens=1)))
+    events += proc.push(recipe.InferenceChunk.text(reply, 1))
+    events += proc.push(recipe.InferenceChunk.finish(reason))
+    events += proc.finish()
+    resp = recipe.MessagesResponse("id", "m", 0, 1, 0)
+    for e in events:
+        resp.accumulate(e)
+    return json.loads(resp.to_json())

@@ -16,6 +16,7 @@ from typing import Any
 import anthropic
 import pytest
 from anthropic_testutil import CHAT_WEATHER, WEATHER, make_clients, post
+from deepseek_recipe_testutil import recipe_messages_prompt
 from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM, blocks
 from transformers import PreTrainedTokenizerFast
 
@@ -211,7 +212,7 @@ def test_thinking_and_redacted_thinking_replayed_in_a_tool_loop(tok: PreTrainedT
     It is served here; the ``redacted_thinking`` block (another model's encrypted reasoning) adds
     nothing to the prompt, and the prompt is the chat route's for the same turn (reasoning as
     ``reasoning_content``, the call as ``tool_calls``, the result as a ``tool`` message)."""
-    tm = PromptTM(tok, reply="It is sunny.")
+    tm = PromptTM(tok, reply="The tool said 18C.</think>It is sunny.")
     client, oa, tc = make_clients(tm)
     think = {"type": "thinking", "thinking": "Call the weather tool.", "signature": "sig"}
     use = {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": ARGS}
@@ -254,25 +255,21 @@ def test_thinking_and_redacted_thinking_replayed_in_a_tool_loop(tok: PreTrainedT
 def test_system_role_inside_messages_is_a_system_turn(tok: PreTrainedTokenizerFast) -> None:
     """sgl-project/sglang#28792: Claude Code sends ``{"role": "system"}`` entries inside
     ``messages`` and the Anthropic route refused them (its message role allowed user and
-    assistant only), so Claude Code did not work. Here they are served, and render as the chat
-    route renders a system message at the same place (same prompt token ids), string or text
-    blocks alike; ``count_tokens`` counts that prompt."""
+    assistant only), so Claude Code did not work. Here they are served, string or text blocks
+    alike, and render the prompt DeepSeek's own Messages converter renders (the entry stays at its
+    place as a ``<system-reminder>``); ``count_tokens`` counts that prompt."""
     tm = PromptTM(tok, reply="Sunny.")
-    client, oa, _ = make_clients(tm)
+    client, _, _ = make_clients(tm)
     note = "Reply in one word."
-    chat_msgs = [
-        {"role": "system", "content": "You are a weather bot."},
-        *USER,
-        {"role": "system", "content": note},
-    ]
-    oa.chat.completions.create(model=MODEL, max_tokens=20, messages=chat_msgs)
-    want = list(tm.received[-1].input_ids)
     for content in (note, [{"type": "text", "text": note, "cache_control": {"type": "ephemeral"}}]):
         msgs = [*USER, {"role": "system", "content": content}]
-        m = client.messages.create(model=MODEL, max_tokens=20, system="You are a weather bot.", messages=msgs)
-        assert list(tm.received[-1].input_ids) == want and m.usage.input_tokens == len(want)
-        counted = client.messages.count_tokens(model=MODEL, system="You are a weather bot.", messages=msgs)
-        assert counted.input_tokens == len(want)
+        body = {"system": "You are a weather bot.", "messages": msgs}
+        m = client.messages.create(model=MODEL, max_tokens=20, thinking={"type": "disabled"}, **body)
+        want = recipe_messages_prompt(body)
+        assert tok.decode(tm.received[-1].input_ids) == want
+        assert m.usage.input_tokens == len(tm.received[-1].input_ids)
+        counted = client.messages.count_tokens(model=MODEL, thinking={"type": "disabled"}, **body)
+        assert counted.input_tokens == len(tm.received[-1].input_ids)
 
 
 @pytest.mark.parametrize("thinking", [THINK, {"type": "disabled"}])

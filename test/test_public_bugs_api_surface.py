@@ -298,9 +298,10 @@ def test_anthropic_claude_code_request_shapes(
     them ``system`` messages inside ``messages``, which the ``anthropic`` SDK types as
     ``SystemMessageParam`` (``role: "system"``, a string or text blocks). Such a request, with
     Claude Code's other fields (``system`` blocks with ``cache_control``, ``metadata``, tools with
-    ``cache_control``, ``thinking``), is served; a system message sits at its place in the prompt:
-    the input tokens are those of the chat-completions prompt of the same conversation, and
-    ``count_tokens`` agrees."""
+    ``cache_control``, ``thinking``), is served; a system message sits at its place in the prompt,
+    as DeepSeek's own Messages converter puts it (a user turn holding it in a
+    ``<system-reminder>`` element): the input tokens are those of the chat-completions prompt of
+    that conversation, and ``count_tokens`` agrees."""
     from anthropic.types import MessageParam
 
     system_param = [a for a in MessageParam.__args__ if "role" in a.__annotations__]  # type: ignore[attr-defined]
@@ -342,7 +343,7 @@ def test_anthropic_claude_code_request_shapes(
             {"role": "system", "content": "You are a coding agent."},
             {"role": "user", "content": "Hello"},
             {"role": "assistant", "content": "Hi."},
-            {"role": "system", "content": "Answer in one word."},
+            {"role": "user", "content": "<system-reminder>\nAnswer in one word.\n</system-reminder>"},
             {"role": "user", "content": "Why?"},
         ],
         tools=[

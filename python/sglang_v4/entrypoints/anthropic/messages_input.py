@@ -3,8 +3,12 @@
 
 * ``system`` (a string, or ``text`` blocks joined by a blank line) becomes a first ``system``
   message. A ``system`` message inside ``messages`` (the Anthropic SDK's ``SystemMessageParam``,
-  which agents such as Claude Code send: ``content`` a string or ``text`` blocks) is a chat
-  ``system`` message at its place.
+  which agents such as Claude Code send: ``content`` a string or ``text`` blocks) stays at its
+  place in the conversation (:func:`system_reminder`): a user turn holding its text in a
+  ``<system-reminder>`` element (joined to the user or tool turn next to it), as DeepSeek's own
+  Messages converter renders it; an empty one adds nothing. It never moves to the top-level system prompt:
+  a reminder an agent adds on a later turn leaves the prompt before it, and so its cached prefix,
+  as it was.
 * ``messages`` (:func:`messages_to_chat`): a ``user`` message's ``text`` blocks become a user
   message (joined by a blank line; an empty ``text`` block, which Claude Code sends, adds
   nothing, not even the blank line, as DeepSeek's own Messages converter reads it; a string
@@ -60,6 +64,7 @@ __all__ = [
     "anthropic_field_error",
     "chat_request_data",
     "messages_to_chat",
+    "system_reminder",
     "thinking_switch",
     "tool_choice_to_chat",
     "tools_to_chat",
@@ -129,6 +134,13 @@ def _texts(blocks: Sequence[Any], field: str, what: str) -> str:
             raise _error(f"{where}.type", f"{what} takes text blocks only; got {b.get('type')!r}.")
         out.append(_block_str(b, "text", where))
     return BLOCK_SEPARATOR.join(out)
+
+
+def system_reminder(text: str) -> str:
+    """The user-turn text of a ``system`` message inside ``messages``: ``text`` in a
+    ``<system-reminder>`` element on lines of its own (DeepSeek's own Messages converter's
+    rendering)."""
+    return f"<system-reminder>\n{text}\n</system-reminder>"
 
 
 def _system_text(system: str | Sequence[Any] | None) -> str | None:
@@ -303,7 +315,8 @@ def messages_to_chat(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], boo
         start = len(out)
         if m.role == "system":
             text = content if isinstance(content, str) else _texts(content, field, "system")
-            out.append({"role": "system", "content": text})
+            if text:
+                out.append({"role": "user", "content": system_reminder(text)})
         elif m.role == "assistant":
             msg = (
                 {"role": "assistant", "content": content}
