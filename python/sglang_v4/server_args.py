@@ -35,6 +35,7 @@ from sglang_v4.server_args_check import (  # re-exported: the CLI and other modu
     SCHEDULE_POLICY_CHOICES,
     SCHEDULE_POLICY_REFUSED,
     check_server_args,
+    connect_host,
     cuda_available,
     join_host_port,
     strip_host_brackets,
@@ -354,9 +355,12 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         return out
 
     def url(self) -> str:
-        """``http://host:port`` of the HTTP server (``https://`` with ``--ssl-certfile``); an IPv6
-        host in brackets (``http://[::1]:30000``: :func:`join_host_port`)."""
-        return f"{'https' if self.ssl_certfile else 'http'}://{join_host_port(self.host, self.port)}"
+        """``http://host:port`` a client on this machine reaches the HTTP server at (``https://``
+        with ``--ssl-certfile``), as SGLang's ``ServerArgs.url``: a wildcard ``--host`` (``""``,
+        ``0.0.0.0``, ``::``) as the loopback (:func:`connect_host`), an IPv6 host in brackets
+        (``http://[::1]:30000``: :func:`join_host_port`)."""
+        host = join_host_port(connect_host(self.host), self.port)
+        return f"{'https' if self.ssl_certfile else 'http'}://{host}"
 
 
 @dataclass

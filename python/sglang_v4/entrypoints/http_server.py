@@ -570,7 +570,8 @@ def launch_server(
         state.server = server
         # DrainingServer handles SIGTERM / SIGINT while serving; ``stop``'s handlers (record only)
         # before and after let the ``finally`` below still stop the children and return the code.
-        logger.info("Serving on %s", server_args.url())
+        # url(): the loopback for a wildcard bind, so the bind address is logged beside it
+        logger.info("Serving on %s (bound to %r)", server_args.url(), server_args.host)
         server.run()
         if not server.started and state.exit_code == 0:
             state.exit_code = 1

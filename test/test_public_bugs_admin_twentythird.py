@@ -1,0 +1,192 @@
+"""A twenty-third set of public bug reports, replayed against the server's administration surface:
+the URL the server arguments give for the server (``ServerArgs.url``, which a client on the same
+machine dials) under a wildcard, empty or IPv6 ``--host``, and ``/flush_cache``'s ``timeout`` query
+parameter. Each test names its report.
+
+Faults found here and fixed: ``ServerArgs.url()`` answered the bind address itself, so
+``--host 0.0.0.0`` gave ``http://0.0.0.0:30000`` (behind an HTTP proxy, a 502 from the proxy),
+``--host ::`` gave ``http://[::]:30000`` and ``--host ''`` (every address, dual stack) gave
+``http://:30000``, which no client can dial; SGLang answers the loopback for each. An empty
+``/flush_cache?timeout=`` was read as ``0`` where SGLang's ``Query(float)`` refuses it as no
+number.
+
+Fixtures: ``ServerArgs`` built in-process (CPU), and the app of ``http_server.create_app``
+in-process (``admin_app_testutil``), whose scheduler never answers, so a refused request is seen to
+change nothing. Oracles: SGLang 0.5.23's own ``ServerArgs.url`` (its installed code, called on the
+same host and port), Python's ``urllib.parse.urlsplit`` and ``ipaddress``, and FastAPI with the
+``timeout`` declaration SGLang 0.5.23's ``/flush_cache`` has (read from its installed source).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from admin_app_testutil import ADMIN_KEY, admin_app_client
+
+sglang_server_args = pytest.importorskip("sglang.srt.server_args")
+
+pytestmark = pytest.mark.timeout(120)
+
+AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
+PORT = 30123
+
+
+def _sglang_url(host: str, port: int = PORT) -> str:
+    """SGLang 0.5.23's ``ServerArgs.url()`` for ``host`` / ``port`` (no TLS), its own code run on
+    a namespace holding the fields it reads."""
+    return sglang_server_args.ServerArgs.url(SimpleNamespace(host=host, port=port, ssl_certfile=None))
+
+
+def _our_url(host: str, port: int = PORT) -> str:
+    from sglang_v4.server_args import ServerArgs
+
+    return ServerArgs(model_path="m", device="cpu", host=host, port=port).url()
+
+
+def _dialable(url: str) -> tuple[str, int]:
+    """``(host, port)`` a client would connect to for ``url``; fails on a URL without a host or
+    on a wildcard address (one a socket listens on, never one a packet is sent to)."""
+    parts = urlsplit(url)
+    assert parts.scheme == "http" and parts.hostname, url
+    assert parts.port is not None, url
+    try:
+        assert not ipaddress.ip_address(parts.hostname).is_unspecified, url
+    except ValueError:
+        pass  # a name, not an address literal
+    return parts.hostname, parts.port
+
+
+# --------------------------------------------------------------------------- ServerArgs.url
+
+
+def test_sglang_9814_url_of_a_0_0_0_0_server_is_the_loopback() -> None:
+    """sgl-project/sglang#9814 (and #4935): with ``--host 0.0.0.0`` the server's URL was
+    ``http://0.0.0.0:30000`` and a request to it went out through the HTTP proxy (502), since
+    ``0.0.0.0`` is where the socket listens, not an address to send to. Expected: the URL is
+    SGLang 0.5.23's own ``ServerArgs.url()`` for the same host and port, a loopback address."""
+    ours = _our_url("0.0.0.0")
+    assert ours == _sglang_url("0.0.0.0")
+    host, port = _dialable(ours)
+    assert ipaddress.ip_address(host).is_loopback and port == PORT
+
+
+def test_sglang_18201_url_of_an_empty_host_dual_stack_server_is_dialable() -> None:
+    """sgl-project/sglang#18201: ``--host ''`` (bind every address, IPv4 and IPv6, as a dual-stack
+    Kubernetes pod wants) gave the URL ``http://:30000``, which has no host, so the start-up
+    requests to it failed. Expected: the URL is SGLang 0.5.23's ``ServerArgs.url()`` for the empty
+    host, one that ``urlsplit`` parses to a loopback host and the port."""
+    ours = _our_url("")
+    assert ours == _sglang_url("")
+    host, port = _dialable(ours)
+    assert ipaddress.ip_address(host).is_loopback and port == PORT
+
+
+@pytest.mark.parametrize("host", ["::", "::1", "[::1]", "fe80::1", "2001:db8::1", "127.0.0.1", "localhost"])
+def test_sglang_1537_ipv6_and_named_hosts_give_sglangs_url(host: str) -> None:
+    """sgl-project/sglang#1537 (``Failed to parse: http://fdbd:dc05:8:8::24:10052/...``: an IPv6
+    host without brackets) and sgl-project/sglang#4939 (``--host ::`` dialled as is). Expected:
+    for IPv6 literals (bracketed or not), the IPv6 wildcard, IPv4 and names, the URL is SGLang
+    0.5.23's ``ServerArgs.url()`` for the same host, and it parses back to a host a client can
+    dial (the loopback for ``::``) and the port."""
+    ours = _our_url(host)
+    assert ours == _sglang_url(host)
+    got, port = _dialable(ours)
+    assert port == PORT
+    if host == "::":
+        assert ipaddress.ip_address(got) == ipaddress.ip_address("::1")
+
+
+def test_sglang_9814_tls_url_keeps_the_loopback_and_the_https_scheme(tmp_path: Path) -> None:
+    """The same report (sgl-project/sglang#9814) with ``--ssl-certfile``: SGLang's ``url()`` gives
+    ``https://`` and the loopback for ``0.0.0.0``. Expected: the same URL here."""
+    from sglang_v4.server_args import ServerArgs
+
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    cert.write_text("x")
+    key.write_text("x")
+    sa = ServerArgs(model_path="m", device="cpu", host="0.0.0.0", port=PORT)
+    sa.ssl_certfile = str(cert)  # set after the checks: only the scheme is read here
+    want = sglang_server_args.ServerArgs.url(
+        SimpleNamespace(host="0.0.0.0", port=PORT, ssl_certfile=str(cert))
+    )
+    assert sa.url() == want and want.startswith("https://127.0.0.1:")
+
+
+# --------------------------------------------------------------------------- /flush_cache timeout
+
+
+def _sglang_source(rel: str) -> Path:
+    spec = importlib.util.find_spec("sglang")
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin).parent / rel
+
+
+def _sglang_flush_timeout_app() -> Any:
+    """A FastAPI app whose ``/flush_cache`` declares ``timeout`` as SGLang 0.5.23's does (the
+    declaration is checked in its installed ``http_server.py``); it answers the parsed value."""
+    from fastapi import FastAPI, Query
+    from fastapi.testclient import TestClient
+
+    text = _sglang_source("srt/entrypoints/http_server.py").read_text()
+    assert "async def flush_cache(timeout: float = Query(0.0, ge=0.0)):" in text
+    app = FastAPI()
+
+    @app.post("/flush_cache")
+    async def flush_cache(timeout: float = Query(0.0, ge=0.0)) -> dict[str, float]:
+        return {"timeout": timeout}
+
+    return TestClient(app)
+
+
+#: Query strings SGLang takes or refuses; an infinite wait (``inf``, ``1e400``) is refused here by
+#: design (it would hold the route forever) and so left out of the comparison.
+FLUSH_QUERIES = ["", "timeout=", "timeout=0", "timeout=2.5", "timeout=.5", "timeout=+1", "timeout=-1",
+                 "timeout=abc", "timeout=nan", "timeout=0x10", "timeout=-0"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def admin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
+    with admin_app_client(Path(tmp_path_factory.mktemp("admin23"))) as pair:
+        yield pair
+
+
+def test_sglang_21413_flush_timeout_is_read_as_sglangs_query_reads_it() -> None:
+    """sgl-project/sglang#21413 (``/flush_cache?timeout=`` added: wait up to that many seconds for
+    the server to go idle). Expected: for each query string, ``timeout`` is refused exactly where
+    SGLang 0.5.23's declaration (``Query(0.0, ge=0.0)``, through FastAPI) refuses it, and where it
+    is taken the number of seconds is the same; an empty ``timeout=`` is no number (SGLang: 422),
+    not ``0``."""
+    from sglang_v4.entrypoints.native_api import parse_flush_timeout
+    from sglang_v4.managers.tokenizer_manager import RequestError
+
+    sglang = _sglang_flush_timeout_app()
+    for query in FLUSH_QUERIES:
+        r = sglang.post(f"/flush_cache?{query}")
+        raw = None if not query else query.partition("=")[2]
+        try:
+            ours: float | None = parse_flush_timeout(raw)
+        except RequestError as e:
+            assert e.status_code == 400 and "timeout" in str(e), (query, e)
+            ours = None
+        if r.status_code == 422:
+            assert ours is None, (query, ours)
+        else:
+            assert r.status_code == 200 and ours == r.json()["timeout"], (query, ours, r.text)
+
+
+def test_sglang_21413_empty_flush_timeout_is_a_400_before_the_scheduler(admin: tuple[Any, Any]) -> None:
+    """The same report (sgl-project/sglang#21413) through the route: ``POST /flush_cache?timeout=``
+    is answered at once with a 400 in OpenAI's error shape naming ``timeout`` (SGLang: 422), and no
+    flush request reaches the scheduler (which never answers here: reaching it would hang)."""
+    client, _ = admin
+    r = client.post("/flush_cache?timeout=", headers=AUTH)
+    assert r.status_code == 400, r.text  # a flush sent to the silent scheduler ends in a 503
+    err = r.json()["error"]
+    assert err["code"] == 400 and "timeout" in err["message"]
