@@ -1,24 +1,30 @@
 """A twenty-third set of public bug reports, replayed against the server's administration surface:
 the URL the server arguments give for the server (``ServerArgs.url``, which a client on the same
-machine dials) under a wildcard, empty or IPv6 ``--host``, and ``/flush_cache``'s ``timeout`` query
-parameter. Each test names its report.
+machine dials) under a wildcard, empty or IPv6 ``--host``, ``/flush_cache``'s ``timeout`` query
+parameter, and the ``/ready`` probe while generation is paused (one server and the data-parallel
+gateway). Each test names its report.
 
 Faults found here and fixed: ``ServerArgs.url()`` answered the bind address itself, so
 ``--host 0.0.0.0`` gave ``http://0.0.0.0:30000`` (behind an HTTP proxy, a 502 from the proxy),
 ``--host ::`` gave ``http://[::]:30000`` and ``--host ''`` (every address, dual stack) gave
 ``http://:30000``, which no client can dial; SGLang answers the loopback for each. An empty
 ``/flush_cache?timeout=`` was read as ``0`` where SGLang's ``Query(float)`` refuses it as no
-number.
+number. ``/ready`` answered 200 while generation was paused (SGLang: 503, ``is_ready`` is
+``not is_pause and is_healthy()``), and the data-parallel gateway sent ``/ready`` to the router,
+which asks one rank of its choice.
 
 Fixtures: ``ServerArgs`` built in-process (CPU), and the app of ``http_server.create_app``
 in-process (``admin_app_testutil``), whose scheduler never answers, so a refused request is seen to
 change nothing. Oracles: SGLang 0.5.23's own ``ServerArgs.url`` (its installed code, called on the
 same host and port), Python's ``urllib.parse.urlsplit`` and ``ipaddress``, and FastAPI with the
-``timeout`` declaration SGLang 0.5.23's ``/flush_cache`` has (read from its installed source).
+``timeout`` declaration SGLang 0.5.23's ``/flush_cache`` has (read from its installed source),
+SGLang 0.5.23's own ``TokenizerManager.is_ready`` / ``is_healthy`` (their installed source, run).
+The gateway test serves stand-in replicas and router (aiohttp, loopback ports).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import ipaddress
 from collections.abc import Iterator
@@ -28,7 +34,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import requests
 from admin_app_testutil import ADMIN_KEY, admin_app_client
+from aiohttp import web
+from aiohttp_serve_testutil import serve_aiohttp
 
 sglang_server_args = pytest.importorskip("sglang.srt.server_args")
 
@@ -190,3 +199,102 @@ def test_sglang_21413_empty_flush_timeout_is_a_400_before_the_scheduler(admin: t
     assert r.status_code == 400, r.text  # a flush sent to the silent scheduler ends in a 503
     err = r.json()["error"]
     assert err["code"] == 400 and "timeout" in err["message"]
+
+
+# --------------------------------------------------------------------------- /ready while paused
+
+
+def _sglang_is_ready() -> Any:
+    """SGLang 0.5.23's own ``TokenizerManager.is_ready`` and ``is_healthy`` (their source, taken
+    from the installed ``tokenizer_manager.py`` and run as is) on a namespace with the fields
+    they read; ``ServerStatus.Up`` stands for the started status."""
+    tree = ast.parse(_sglang_source("srt/managers/tokenizer_manager.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TokenizerManager")
+    wanted = {"is_ready", "is_healthy"}
+    defs = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
+    assert {d.name for d in defs} == wanted
+    module = ast.Module(body=[ast.ClassDef("Probe", [], [], defs, [])], type_ignores=[])  # type: ignore[call-arg]
+    scope: dict[str, Any] = {"ServerStatus": SimpleNamespace(Up="Up")}
+    exec(compile(ast.fix_missing_locations(module), "sglang_tokenizer_manager", "exec"), scope)
+    probe = scope["Probe"]
+
+    def is_ready(is_pause: bool, status: str = "Up") -> bool:
+        tm = probe()
+        tm.is_pause, tm.gracefully_exit, tm.server_status = is_pause, False, status
+        return bool(tm.is_ready())
+
+    return is_ready
+
+
+def test_sglang_37488_ready_is_503_while_generation_is_paused(admin: tuple[Any, Any]) -> None:
+    """sgl-project/sglang#37488 (``/ready``: whether the server should receive new requests,
+    ``not is_pause and is_healthy()``): a load balancer probing ``/ready`` keeps sending requests to
+    a server whose generation is paused (for a weight update), where they only wait. Expected:
+    ``/ready`` answers 200 where SGLang 0.5.23's own ``is_ready`` is true and 503 where it is
+    false -- serving, paused by ``/pause_generation``, and serving again once the pause is lifted."""
+    sglang_is_ready = _sglang_is_ready()
+    client, tm = admin
+    assert sglang_is_ready(False) and not sglang_is_ready(True)
+    assert client.get("/ready").status_code == 200
+    r = client.post(
+        "/pause_generation", json={"mode": "abort"}, headers=AUTH
+    )  # abort: no scheduler reply needed
+    assert r.status_code == 200, r.text
+    try:
+        assert tm.is_pause
+        assert client.get("/ready").status_code == 503
+        assert client.head("/ready").status_code == 503
+        assert client.get("/v1/models", headers=AUTH).status_code == 200  # the server still answers
+    finally:  # /continue_generation waits for the scheduler, which never answers here
+        tm.is_pause = False
+        tm._reopen_admission()
+    assert client.get("/ready").status_code == 200
+
+
+def _ready_replica(status: list[int]) -> web.Application:
+    """A replica whose ``/ready`` answers ``status[0]`` (503: paused, as a single server's)."""
+
+    async def ready(request: web.Request) -> web.Response:
+        return web.Response(status=status[0])
+
+    app = web.Application()
+    app.router.add_get("/ready", ready)
+    return app
+
+
+def _router_ready_200() -> web.Application:
+    """A router that answers 200 to anything (it sends ``/ready`` to one replica of its choice)."""
+
+    async def any_route(request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", any_route)
+    return app
+
+
+def test_sglang_37488_dp_gateway_ready_is_503_while_any_rank_is_paused() -> None:
+    """The same report (sgl-project/sglang#37488) with ``--dp-size 2``: SGLang's one server is not
+    ready while paused, and ``/pause_generation`` pauses every rank, so the group is ready only
+    when every rank is. Expected: the data-parallel gateway's ``/ready`` asks every rank (not the
+    router's pick of one) and answers 503 while a rank answers 503, 200 when all answer 200."""
+    from sglang_v4.entrypoints.dp_gateway import GATEWAY_SERVER_OPTIONS, create_gateway_app
+
+    statuses = [[200], [503]]
+    stops = []
+    try:
+        urls = []
+        for status in statuses:
+            url, stop = serve_aiohttp(_ready_replica(status))
+            urls.append(url)
+            stops.append(stop)
+        router, stop = serve_aiohttp(_router_ready_200())
+        stops.append(stop)
+        gateway, stop = serve_aiohttp(create_gateway_app(router, urls), **GATEWAY_SERVER_OPTIONS)
+        stops.append(stop)
+        assert requests.get(f"{gateway}/ready", timeout=10).status_code == 503
+        statuses[1][0] = 200
+        assert requests.get(f"{gateway}/ready", timeout=10).status_code == 200
+    finally:
+        for stop in reversed(stops):
+            stop()

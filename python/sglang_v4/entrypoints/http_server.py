@@ -308,8 +308,12 @@ def create_app(
     # probe with HEAD): the same status, no body.
     @app.api_route("/ready", methods=["GET", "HEAD"])
     async def ready() -> Response:
-        """SGLang's readiness probe: 200 once the server serves (warm-up done), else 503."""
-        return Response(status_code=200) if unhealthy() is None else Response(status_code=503)
+        """SGLang's readiness probe (``TokenizerManager.is_ready``): 200 once the server serves
+        (warm-up done) and generation is not paused (``/pause_generation`` until
+        ``/continue_generation``: a load balancer sends new requests elsewhere), else 503."""
+        tm = state.tokenizer_manager
+        paused = tm is not None and tm.is_pause
+        return Response(status_code=503 if paused or unhealthy() is not None else 200)
 
     @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> Response:
