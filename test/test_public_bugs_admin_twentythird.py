@@ -1,8 +1,8 @@
 """A twenty-third set of public bug reports, replayed against the server's administration surface:
 the URL the server arguments give for the server (``ServerArgs.url``, which a client on the same
 machine dials) under a wildcard, empty or IPv6 ``--host``, ``/flush_cache``'s ``timeout`` query
-parameter, and the ``/ready`` probe while generation is paused (one server and the data-parallel
-gateway). Each test names its report.
+parameter, the ``/ready`` probe while generation is paused (one server and the data-parallel
+gateway), and the Prometheus scrape at ``/metrics/``. Each test names its report.
 
 Faults found here and fixed: ``ServerArgs.url()`` answered the bind address itself, so
 ``--host 0.0.0.0`` gave ``http://0.0.0.0:30000`` (behind an HTTP proxy, a 502 from the proxy),
@@ -11,14 +11,17 @@ Faults found here and fixed: ``ServerArgs.url()`` answered the bind address itse
 ``/flush_cache?timeout=`` was read as ``0`` where SGLang's ``Query(float)`` refuses it as no
 number. ``/ready`` answered 200 while generation was paused (SGLang: 503, ``is_ready`` is
 ``not is_pause and is_healthy()``), and the data-parallel gateway sent ``/ready`` to the router,
-which asks one rank of its choice.
+which asks one rank of its choice. ``/metrics/`` (the path a prometheus_client mount serves) was
+a 401 under ``--api-key`` and a 404 with it, where SGLang's ``/metrics`` mount serves it, open.
 
 Fixtures: ``ServerArgs`` built in-process (CPU), and the app of ``http_server.create_app``
 in-process (``admin_app_testutil``), whose scheduler never answers, so a refused request is seen to
 change nothing. Oracles: SGLang 0.5.23's own ``ServerArgs.url`` (its installed code, called on the
 same host and port), Python's ``urllib.parse.urlsplit`` and ``ipaddress``, and FastAPI with the
 ``timeout`` declaration SGLang 0.5.23's ``/flush_cache`` has (read from its installed source),
-SGLang 0.5.23's own ``TokenizerManager.is_ready`` / ``is_healthy`` (their installed source, run).
+SGLang 0.5.23's own ``TokenizerManager.is_ready`` / ``is_healthy`` (their installed source, run),
+its ``add_prometheus_middleware`` route and ``decide_request_auth``, and ``prometheus_client``'s
+text parser.
 The gateway test serves stand-in replicas and router (aiohttp, loopback ports).
 """
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import ipaddress
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -298,3 +302,74 @@ def test_sglang_37488_dp_gateway_ready_is_503_while_any_rank_is_paused() -> None
     finally:
         for stop in reversed(stops):
             stop()
+
+
+# --------------------------------------------------------------------------- /metrics/
+
+
+def _sglang_metrics_app(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """SGLang 0.5.23's own ``/metrics`` route (``add_prometheus_middleware``: prometheus_client's
+    ASGI app mounted with its path pattern) on an empty FastAPI app."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))  # read by prometheus_client
+    common = pytest.importorskip("sglang.srt.utils.common")
+    app = FastAPI()
+    common.add_prometheus_middleware(app)
+    return TestClient(app)
+
+
+def _sglang_auth_allows(monkeypatch: pytest.MonkeyPatch, path: str, api_key: str) -> bool:
+    """SGLang 0.5.23's own ``decide_request_auth`` (``srt/utils/auth.py``, loaded alone) for a GET
+    of ``path`` without a key while ``--api-key`` is set."""
+    spec = importlib.util.spec_from_file_location(
+        "sglang_auth_oracle_23", _sglang_source("srt/utils/auth.py")
+    )
+    assert spec is not None and spec.loader is not None
+    auth = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, auth)  # its dataclasses resolve their module
+    spec.loader.exec_module(auth)
+    return bool(
+        auth.decide_request_auth(
+            method="GET",
+            path=path,
+            authorization_header=None,
+            api_key=api_key,
+            admin_api_key=None,
+            auth_level=auth.AuthLevel.NORMAL,
+        ).allowed
+    )
+
+
+def test_litellm_3475_metrics_with_a_trailing_slash_is_the_same_open_scrape(
+    admin: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """BerriAI/litellm#3475 (and prometheus/client_python#1016, gpustack/gpustack#2811): a
+    prometheus_client mount serves ``/metrics/`` (``/metrics`` redirects there), so scrape
+    configs carry ``metrics_path: /metrics/``; here ``/metrics/`` was a 401 under ``--api-key``
+    (a 404 with the key). Expected: as SGLang 0.5.23's own ``/metrics`` route (its
+    ``add_prometheus_middleware``) serves ``/metrics/`` with 200 and its ``decide_request_auth``
+    lets it through without a key, ``GET /metrics/`` without a key answers 200 with the exposition
+    format, whose families (``prometheus_client``'s parser) are those of ``/metrics``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sglang = _sglang_metrics_app(monkeypatch, tmp_path)
+    for path in ("/metrics", "/metrics/"):
+        r = sglang.get(path, follow_redirects=False)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain"), (
+            path,
+            r.status_code,
+        )
+        assert _sglang_auth_allows(monkeypatch, path, ADMIN_KEY), path
+    client, _ = admin
+    scrape = {"X-Prometheus-Scrape-Timeout-Seconds": "0.2"}  # the silent scheduler is waited 0.2 s
+    bare = client.get("/metrics", headers=scrape)
+    slash = client.get("/metrics/", headers=scrape, follow_redirects=False)
+    assert bare.status_code == 200 and slash.status_code == 200, (slash.status_code, slash.text[:200])
+    assert slash.headers["content-type"].startswith("text/plain; version=0.0.4")
+
+    def families(text: str) -> set[str]:
+        return {f.name for f in text_string_to_metric_families(text)}
+
+    assert families(slash.text) == families(bare.text) and "sglang:num_requests" in families(slash.text)

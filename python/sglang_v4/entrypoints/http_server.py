@@ -468,8 +468,10 @@ def create_app(
     app.include_router(create_loads_router(tm_or_503, server_args))  # /v1/loads
 
     if server_args.enable_metrics:
-
+        # "/metrics/" too: SGLang's mount serves both, and scrape configs written for a
+        # prometheus_client mount (which redirects "/metrics" there) ask for it
         @app.get("/metrics")
+        @app.get("/metrics/")
         async def metrics(request: Request) -> Response:
             tm = state.tokenizer_manager
             if tm is None or tm.metrics is None:
