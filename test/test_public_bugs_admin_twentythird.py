@@ -2,7 +2,8 @@
 the URL the server arguments give for the server (``ServerArgs.url``, which a client on the same
 machine dials) under a wildcard, empty or IPv6 ``--host``, ``/flush_cache``'s ``timeout`` query
 parameter, the ``/ready`` probe while generation is paused (one server and the data-parallel
-gateway), and the Prometheus scrape at ``/metrics/``. Each test names its report.
+gateway), the Prometheus scrape at ``/metrics/``, and the watermark secret of
+``--watermark-config`` in what the server shows of its arguments. Each test names its report.
 
 Faults found here and fixed: ``ServerArgs.url()`` answered the bind address itself, so
 ``--host 0.0.0.0`` gave ``http://0.0.0.0:30000`` (behind an HTTP proxy, a 502 from the proxy),
@@ -13,6 +14,8 @@ number. ``/ready`` answered 200 while generation was paused (SGLang: 503, ``is_r
 ``not is_pause and is_healthy()``), and the data-parallel gateway sent ``/ready`` to the router,
 which asks one rank of its choice. ``/metrics/`` (the path a prometheus_client mount serves) was
 a 401 under ``--api-key`` and a 404 with it, where SGLang's ``/metrics`` mount serves it, open.
+The value of ``--watermark-config`` (it holds the watermark keys) was printed in full by the
+ignored-flags warning, the ``repr`` of the server arguments and ``/server_info``.
 
 Fixtures: ``ServerArgs`` built in-process (CPU), and the app of ``http_server.create_app``
 in-process (``admin_app_testutil``), whose scheduler never answers, so a refused request is seen to
@@ -20,7 +23,8 @@ change nothing. Oracles: SGLang 0.5.23's own ``ServerArgs.url`` (its installed c
 same host and port), Python's ``urllib.parse.urlsplit`` and ``ipaddress``, and FastAPI with the
 ``timeout`` declaration SGLang 0.5.23's ``/flush_cache`` has (read from its installed source),
 SGLang 0.5.23's own ``TokenizerManager.is_ready`` / ``is_healthy`` (their installed source, run),
-its ``add_prometheus_middleware`` route and ``decide_request_auth``, and ``prometheus_client``'s
+its ``add_prometheus_middleware`` route and ``decide_request_auth``, its watermark redaction
+(``redact_watermark_secrets`` / ``redact_watermark_command_line``), and ``prometheus_client``'s
 text parser.
 The gateway test serves stand-in replicas and router (aiohttp, loopback ports).
 """
@@ -373,3 +377,48 @@ def test_litellm_3475_metrics_with_a_trailing_slash_is_the_same_open_scrape(
         return {f.name for f in text_string_to_metric_families(text)}
 
     assert families(slash.text) == families(bare.text) and "sglang:num_requests" in families(slash.text)
+
+
+# --------------------------------------------------------------------------- watermark secrets
+
+WATERMARK_SECRET = "wm-s3cr3t-23"
+
+
+def test_sglang_39449_watermark_config_secret_is_redacted_as_sglang_redacts_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """sgl-project/sglang#39449 (credentials given on the command line reached the server-args
+    log, ``/server_info`` and the launch command). ``--watermark-config`` carries the watermark
+    keys; here it is accepted and ignored, and its value was printed in full by the ignored-flags
+    warning, the ``repr`` of the server arguments and their dict (``/server_info``). Expected: as
+    SGLang 0.5.23's own ``redact_watermark_secrets`` (its ``/server_info``) and
+    ``redact_watermark_command_line`` do, the value is shown as ``<redacted>`` in the dict and the
+    warning, is absent from the ``repr`` (SGLang's ``__repr__`` hides it), and the secret appears
+    in none of them, while the field itself keeps the value given."""
+    import argparse
+    import json
+    import logging
+
+    from sglang_v4.server_args import ServerArgs
+    from sglang_v4.server_args_compat import warn_ignored_sglang_args
+
+    wm = pytest.importorskip("sglang.srt.sampling.watermarking.core")
+    given = json.dumps({"enabled": True, "key": WATERMARK_SECRET})
+    argv = ["--model-path", "m", "--device", "cpu", "--watermark-config", given, "--tp-size", "1"]
+    assert "watermark_config" in wm.WATERMARK_SECRET_FIELD_NAMES
+    want_dict = wm.redact_watermark_secrets({"watermark_config": given})["watermark_config"]
+    want_cmd = wm.redact_watermark_command_line(argv, given)
+    assert WATERMARK_SECRET not in want_cmd and f"--watermark-config {want_dict}" in want_cmd
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    args = parser.parse_args(argv)
+    with caplog.at_level(logging.WARNING):
+        warning = warn_ignored_sglang_args(args)
+    sa = ServerArgs.from_cli_args(args)
+    assert sa.watermark_config == given  # kept as given; only what is shown is redacted
+    assert warning is not None and f"--watermark-config {want_dict}" in warning
+    assert sa.to_dict()["watermark_config"] == want_dict
+    assert "watermark_config" not in repr(sa)
+    for shown in (warning, caplog.text, repr(sa), json.dumps(sa.to_dict())):
+        assert WATERMARK_SECRET not in shown

@@ -40,7 +40,12 @@ from sglang_v4.server_args_check import (  # re-exported: the CLI and other modu
     join_host_port,
     strip_host_brackets,
 )
-from sglang_v4.server_args_compat import SGLangCompatArgs, apply_sglang_semantics
+from sglang_v4.server_args_compat import (
+    REDACTED,
+    SECRET_COMPAT_FIELDS,
+    SGLangCompatArgs,
+    apply_sglang_semantics,
+)
 
 __all__ = [
     "DEFAULT_CHUNKED_PREFILL_CPU",
@@ -347,11 +352,16 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         return "default"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict of all fields (the keys and ``ssl_keyfile_password`` masked)."""
+        """JSON-able dict of all fields (the keys and ``ssl_keyfile_password`` masked, the
+        secret-holding SGLang fields such as ``watermark_config`` shown as SGLang's
+        ``"<redacted>"``)."""
         out = dataclasses.asdict(self)
         for secret in ("api_key", "admin_api_key", "ssl_keyfile_password"):
             if out.get(secret):
                 out[secret] = "***"
+        for secret in SECRET_COMPAT_FIELDS:
+            if out.get(secret) is not None:
+                out[secret] = REDACTED
         return out
 
     def url(self) -> str:
