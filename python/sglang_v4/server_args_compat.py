@@ -56,7 +56,15 @@ from sglang_v4.server_args_compat_kernels import KERNEL_FLAGS
 from sglang_v4.server_args_compat_refused import REFUSED_FLAGS
 from sglang_v4.server_args_compat_runtime import RUNTIME_FLAGS
 
-__all__ = ["IGNORED", "MAPPED", "REDACTED", "SECRET_COMPAT_FIELDS", "UNSUPPORTED", "SGLANG_FLAGS", "SGLangFlag"]
+__all__ = [
+    "IGNORED",
+    "MAPPED",
+    "REDACTED",
+    "SECRET_COMPAT_FIELDS",
+    "UNSUPPORTED",
+    "SGLANG_FLAGS",
+    "SGLangFlag",
+]
 
 #: Every accepted SGLang-only flag (SGLang 0.5.23's, and older spellings of its DeepSeek recipes).
 SGLANG_FLAGS: tuple[SGLangFlag, ...] = KERNEL_FLAGS + RUNTIME_FLAGS + REFUSED_FLAGS
