@@ -66,11 +66,11 @@ needs_ipv6 = pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback o
     ("host", "want_host"),
     [
         ("::1", "::1"),
-        ("::", "::"),
+        ("::", "::1"),  # a wildcard bind is reached at the loopback (SGLang's ServerArgs.url)
         ("2001:db8::1", "2001:db8::1"),
         ("[::1]", "::1"),
         ("127.0.0.1", "127.0.0.1"),
-        ("0.0.0.0", "0.0.0.0"),
+        ("0.0.0.0", "127.0.0.1"),
         ("localhost", "localhost"),
     ],
 )
@@ -79,7 +79,7 @@ def test_server_url_brackets_an_ipv6_host(host: str, want_host: str) -> None:
     vllm-project/vllm#28679 (``--host ::`` built ``http://:::8000``, which no client parses):
     an IPv6 literal goes in brackets inside a URL (RFC 3986 section 3.2.2). Expected: the
     server's URL (the ``Serving on`` line) parses back, by the standard library, to the host and
-    port it listens on, for IPv6, IPv4 and names alike."""
+    port it listens on (the loopback for a wildcard bind), for IPv6, IPv4 and names alike."""
     sa = _args(host=host, port=30123)
     parts = urlsplit(sa.url())
     assert parts.scheme == "http"

@@ -35,11 +35,17 @@ from sglang_v4.server_args_check import (  # re-exported: the CLI and other modu
     SCHEDULE_POLICY_CHOICES,
     SCHEDULE_POLICY_REFUSED,
     check_server_args,
+    connect_host,
     cuda_available,
     join_host_port,
     strip_host_brackets,
 )
-from sglang_v4.server_args_compat import SGLangCompatArgs, apply_sglang_semantics
+from sglang_v4.server_args_compat import (
+    REDACTED,
+    SECRET_COMPAT_FIELDS,
+    SGLangCompatArgs,
+    apply_sglang_semantics,
+)
 
 __all__ = [
     "DEFAULT_CHUNKED_PREFILL_CPU",
@@ -346,17 +352,25 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
         return "default"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict of all fields (the keys and ``ssl_keyfile_password`` masked)."""
+        """JSON-able dict of all fields (the keys and ``ssl_keyfile_password`` masked, the
+        secret-holding SGLang fields such as ``watermark_config`` shown as SGLang's
+        ``"<redacted>"``)."""
         out = dataclasses.asdict(self)
         for secret in ("api_key", "admin_api_key", "ssl_keyfile_password"):
             if out.get(secret):
                 out[secret] = "***"
+        for secret in SECRET_COMPAT_FIELDS:
+            if out.get(secret) is not None:
+                out[secret] = REDACTED
         return out
 
     def url(self) -> str:
-        """``http://host:port`` of the HTTP server (``https://`` with ``--ssl-certfile``); an IPv6
-        host in brackets (``http://[::1]:30000``: :func:`join_host_port`)."""
-        return f"{'https' if self.ssl_certfile else 'http'}://{join_host_port(self.host, self.port)}"
+        """``http://host:port`` a client on this machine reaches the HTTP server at (``https://``
+        with ``--ssl-certfile``), as SGLang's ``ServerArgs.url``: a wildcard ``--host`` (``""``,
+        ``0.0.0.0``, ``::``) as the loopback (:func:`connect_host`), an IPv6 host in brackets
+        (``http://[::1]:30000``: :func:`join_host_port`)."""
+        host = join_host_port(connect_host(self.host), self.port)
+        return f"{'https' if self.ssl_certfile else 'http'}://{host}"
 
 
 @dataclass

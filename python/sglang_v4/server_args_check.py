@@ -70,6 +70,19 @@ def join_host_port(host: str, port: int | str) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def connect_host(host: str) -> str:
+    """The address a client on this machine dials for a server bound to ``host``: the loopback
+    for a wildcard bind (``""`` / ``0.0.0.0`` -> ``127.0.0.1``, ``::`` -> ``::1``, as SGLang's
+    ``ServerArgs.url``), else ``host`` without URL brackets. A wildcard is where a socket listens,
+    not an address to send to (behind an HTTP proxy it is not even local)."""
+    host = strip_host_brackets(host)
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "::1"
+    return host
+
+
 def check_dist_init_addr(addr: str) -> None:
     """``--dist-init-addr`` is ``host:port`` with ``port`` in [1, 65535]; an IPv6 host is written
     in brackets (``[2001:db8::1]:5000``, SGLang's form), since a bare one cannot be told from its

@@ -56,7 +56,15 @@ from sglang_v4.server_args_compat_kernels import KERNEL_FLAGS
 from sglang_v4.server_args_compat_refused import REFUSED_FLAGS
 from sglang_v4.server_args_compat_runtime import RUNTIME_FLAGS
 
-__all__ = ["IGNORED", "MAPPED", "UNSUPPORTED", "SGLANG_FLAGS", "SGLangFlag"]
+__all__ = [
+    "IGNORED",
+    "MAPPED",
+    "REDACTED",
+    "SECRET_COMPAT_FIELDS",
+    "UNSUPPORTED",
+    "SGLANG_FLAGS",
+    "SGLangFlag",
+]
 
 #: Every accepted SGLang-only flag (SGLang 0.5.23's, and older spellings of its DeepSeek recipes).
 SGLANG_FLAGS: tuple[SGLangFlag, ...] = KERNEL_FLAGS + RUNTIME_FLAGS + REFUSED_FLAGS
@@ -69,9 +77,23 @@ SGLANG_FLAG_BY_DEST: dict[str, SGLangFlag] = {f.dest: f for f in SGLANG_FLAGS}
 
 #: Dataclass base of ``ServerArgs``: one field per table entry, ``None`` (``False`` for switches)
 #: by default, so ``ServerArgs`` and ``Engine`` take the same keywords as the CLI.
+#: The accepted SGLang fields whose value holds a secret (SGLang's ``WATERMARK_SECRET_FIELD_NAMES``
+#: that are flags: ``--watermark-config`` carries the watermark keys): left out of ``repr``, shown
+#: as :data:`REDACTED` by ``ServerArgs.to_dict`` (``/server_info``) and the ignored-flags warning.
+SECRET_COMPAT_FIELDS = frozenset({"watermark_config"})
+#: What a secret's value is shown as (SGLang's marker).
+REDACTED = "<redacted>"
+
 SGLangCompatArgs = dataclasses.make_dataclass(
     "SGLangCompatArgs",
-    [(f.dest, Any, dataclasses.field(default=False if f.switch else None)) for f in SGLANG_FLAGS],
+    [
+        (
+            f.dest,
+            Any,
+            dataclasses.field(default=False if f.switch else None, repr=f.dest not in SECRET_COMPAT_FIELDS),
+        )
+        for f in SGLANG_FLAGS
+    ],
 )
 SGLangCompatArgs.__doc__ = "The accepted SGLang-only fields (see :data:`SGLANG_FLAGS`)."
 SGLangCompatArgs.__module__ = __name__
@@ -196,7 +218,11 @@ def warn_ignored_sglang_args(args: Any, log: logging.Logger | None = None) -> st
     items = ignored_sglang_args(args)
     if not items:
         return None
-    lines = [f"  {flag}{_as_given(value)}: {note}" for flag, value, note in items]
+    lines = [
+        f"  {flag}{' ' + REDACTED if flag[2:].replace('-', '_') in SECRET_COMPAT_FIELDS else _as_given(value)}: "
+        f"{note}"
+        for flag, value, note in items
+    ]
     text = "SGLang flags accepted but ignored (behaviour unchanged):\n" + "\n".join(lines)
     (log or logging.getLogger("sglang_v4.server_args")).warning("%s", text)
     return text

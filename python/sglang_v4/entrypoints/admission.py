@@ -95,8 +95,8 @@ __all__ = [
 ]
 
 #: Routes that need no API key and stay up while draining (SGLang leaves /health*, /ready and
-#: /metrics open).
-OPEN_ROUTES = frozenset({"/health", "/health_generate", "/ready", "/metrics"})
+#: /metrics open; ``/metrics/`` is the same scrape, as SGLang's ``/metrics`` mount serves it).
+OPEN_ROUTES = frozenset({"/health", "/health_generate", "/ready", "/metrics", "/metrics/"})
 #: Routes SGLang marks as admin (its ``ADMIN_OPTIONAL`` level) that this server has.
 ADMIN_ROUTES = frozenset(
     {

@@ -91,8 +91,9 @@ BROADCAST_ROUTES = (
 #: ``(path, methods)`` of the routes answered with every replica's answer, a list in rank order.
 PER_REPLICA_ROUTES = (("/get_weights_by_name", ("GET", "POST")),)
 
-#: The health probes answered 200 only when every replica answers 200.
-HEALTH_ROUTES = ("/health", "/health_generate")
+#: The health probes answered 200 only when every replica answers 200 (``/ready``: every
+#: replica serves and none is paused).
+HEALTH_ROUTES = ("/health", "/health_generate", "/ready")
 
 #: The server-info routes answered from every replica's info.
 SERVER_INFO_ROUTES = ("/get_server_info", "/server_info")

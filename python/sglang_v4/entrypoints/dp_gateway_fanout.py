@@ -283,4 +283,5 @@ def add_fanout_routes(
     app.router.add_get("/get_load", get_load)
     app.router.add_get("/v1/loads", v1_loads)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics/", metrics)  # the same scrape (SGLang's mount serves both)
     app.router.add_post("/abort_request", abort_request)

@@ -308,8 +308,12 @@ def create_app(
     # probe with HEAD): the same status, no body.
     @app.api_route("/ready", methods=["GET", "HEAD"])
     async def ready() -> Response:
-        """SGLang's readiness probe: 200 once the server serves (warm-up done), else 503."""
-        return Response(status_code=200) if unhealthy() is None else Response(status_code=503)
+        """SGLang's readiness probe (``TokenizerManager.is_ready``): 200 once the server serves
+        (warm-up done) and generation is not paused (``/pause_generation`` until
+        ``/continue_generation``: a load balancer sends new requests elsewhere), else 503."""
+        tm = state.tokenizer_manager
+        paused = tm is not None and tm.is_pause
+        return Response(status_code=503 if paused or unhealthy() is not None else 200)
 
     @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> Response:
@@ -464,8 +468,10 @@ def create_app(
     app.include_router(create_loads_router(tm_or_503, server_args))  # /v1/loads
 
     if server_args.enable_metrics:
-
+        # "/metrics/" too: SGLang's mount serves both, and scrape configs written for a
+        # prometheus_client mount (which redirects "/metrics" there) ask for it
         @app.get("/metrics")
+        @app.get("/metrics/")
         async def metrics(request: Request) -> Response:
             tm = state.tokenizer_manager
             if tm is None or tm.metrics is None:
@@ -570,7 +576,8 @@ def launch_server(
         state.server = server
         # DrainingServer handles SIGTERM / SIGINT while serving; ``stop``'s handlers (record only)
         # before and after let the ``finally`` below still stop the children and return the code.
-        logger.info("Serving on %s", server_args.url())
+        # url(): the loopback for a wildcard bind, so the bind address is logged beside it
+        logger.info("Serving on %s (bound to %r)", server_args.url(), server_args.host)
         server.run()
         if not server.started and state.exit_code == 0:
             state.exit_code = 1

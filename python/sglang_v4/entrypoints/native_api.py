@@ -235,12 +235,13 @@ FLUSH_RETRY_INTERVAL_S = 0.05
 
 
 def parse_flush_timeout(raw: str | None) -> float:
-    """``/flush_cache``'s ``timeout`` query parameter: seconds, a finite number >= 0 (absent: 0).
+    """``/flush_cache``'s ``timeout`` query parameter: seconds, a finite number >= 0 (absent: 0;
+    present but empty, ``?timeout=``, is no number, refused as SGLang's ``Query(float)`` does).
 
     Raises:
         RequestError: (400) not such a number; the message names ``timeout``.
     """
-    if raw is None or raw == "":
+    if raw is None:
         return 0.0
     try:
         value = float(raw)
