@@ -10,13 +10,17 @@ tokenizer (``transformers``, independent of the runtime's wrapper), Python's ``s
 for where a stop string cuts the text, the frontend's own code (its ``ChatTemplate``, its
 ``SglFunction.run`` defaults and ``compute_normalized_prompt_logprobs``), SGLang 0.5.23's
 ``/model_info`` keys, and the same program run unstreamed (a cold run). Skipped without the
-``sglang`` package (the frontend client; not a project dependency). Every report here passed
-as-is and is kept as a regression test.
+``sglang`` package (the frontend client; not a project dependency). One ``slow`` test runs forked
+branches on a real CPU server (default flags, the embedded random model): its oracles are the
+model tokenizer's ids of the branch prompts with ``/get_server_info``'s ``page_size`` (whole pages
+of the shared prefix) and the same prompts run cold after ``/flush_cache``. Every report here
+passed as-is and is kept as a regression test.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 from typing import Any
 
 import pytest
@@ -313,3 +317,67 @@ def test_sglang_40076_top_logprobs_num_past_the_vocabulary_is_a_400(
     tops = ok.get_meta_info("a")["output_top_logprobs"]
     assert len(tops) == 3 and all(len(p) == 2 and p[0][0] >= p[1][0] for p in tops)
     assert requests.get(plain_fake_server.url + "/health", timeout=30).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def real_backend(default_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``RuntimeEndpoint`` on a real CPU server with default flags (the embedded random model);
+    yields ``(backend, page_size)``."""
+    from server_fixture import real_env, start_server
+
+    h = start_server([], real_env(), tmp_path_factory.mktemp("front23") / "server.log", timeout_s=300)
+    try:
+        page = requests.get(h.url + "/get_server_info", timeout=30).json()["page_size"]
+        yield sgl.RuntimeEndpoint(h.url), page
+    finally:
+        assert h.stop() == 0, h.log()[-3000:]
+
+
+@pytest.mark.slow
+def test_sglang_30755_forked_branches_hit_the_shared_prefix(real_backend: Any, mtok: Any) -> None:
+    """sgl-project/sglang#30755 (is the prefix cache on by default, and where does a request show
+    its hits?). Expected, default flags: each branch of ``s.fork(3)`` over a shared prefix reports
+    ``cached_tokens`` as the whole pages of its common prefix with the other branches' prompts
+    (the model tokenizer's ids, ``/get_server_info``'s ``page_size``): at least two of three on the
+    first run (the first branch scheduled may compute the prefix itself; the frontend sends no
+    commit before this fork), all three on the second; after the frontend's ``flush_cache`` the
+    same prompt reports none, and every branch's greedy text equals that cold run's."""
+    backend, page = real_backend
+    prefix = "".join(
+        f"Line {i}: the quick brown fox jumps over the lazy dog number {i}.\n" for i in range(20)
+    )
+    prompts = [prefix + f"Branch {i}:" for i in range(3)]
+    ids = [mtok.encode(p, add_special_tokens=False) for p in prompts]
+    common = len(os.path.commonprefix(ids))
+    want = common // page * page
+    assert want >= page  # the prefix spans at least one whole page
+
+    @sgl.function
+    def forked(s: Any) -> None:
+        s += prefix
+        forks = s.fork(3)
+        for i, f in enumerate(forks):
+            f += f"Branch {i}:"
+            f += sgl.gen("o", max_tokens=4, temperature=0)
+        s["cached"] = [f.get_meta_info("o")["cached_tokens"] for f in forks]
+        s["outs"] = [f["o"] for f in forks]
+
+    @sgl.function
+    def cold(s: Any, i: int) -> None:
+        s += prefix + f"Branch {i}:"
+        s += sgl.gen("o", max_tokens=4, temperature=0)
+
+    first = forked.run(backend=backend)
+    assert first.error() is None, first.error()
+    assert sorted(first["cached"]) in ([0, want, want], [want] * 3), first["cached"]
+    second = forked.run(backend=backend)
+    assert second["cached"] == [want] * 3
+    backend.flush_cache()
+    cold_outs = []
+    for i in range(3):
+        backend.flush_cache()
+        st = cold.run(backend=backend, i=i)
+        assert st.error() is None, st.error()
+        assert st.get_meta_info("o")["cached_tokens"] == 0
+        cold_outs.append(st["o"])
+    assert first["outs"] == cold_outs and second["outs"] == cold_outs
