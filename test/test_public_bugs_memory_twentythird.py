@@ -308,3 +308,54 @@ def test_queued_prefix_hit_aborted_or_refused_releases_its_locks(sched_model_dir
     assert got["q-run"]["ids"] == cold
     _assert_no_locks(s)
     assert_idle(s)
+
+
+# --- the planner's start-up messages -------------------------------------------------------------
+
+
+def test_pool_below_the_context_is_a_startup_warning_naming_the_counts(
+    sched_model_dir: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kekzl/imp#1286 (a pool smaller than one ``max_seq_len`` sequence loaded without a word,
+    then refused long requests) and kekzl/imp#1542 (the advertised context exceeded what the
+    pool served): the oracle is SGLang 0.5.23's worker, which warns at start-up exactly when the
+    KV capacity is below the context length (not an error). A 4-page pool under the model's
+    65,536-token context logs one WARNING naming 1024 and 65536 and the flags that change it; a
+    ``--context-length 1024`` server on the same pool logs none."""
+    src = _sglang_source("sglang.srt.managers.tp_worker")
+    assert "if kv_capacity < self.model_config.context_len:" in src and "logger.warning(" in src
+    for ctx, expect in ((None, True), (4 * PAGE, False)):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="sglang_v4"):
+            s = make_scheduler(sched_model_dir, max_total_tokens=4 * PAGE, context_length=ctx)
+        pool, context = s.max_total_num_tokens, s.context_len
+        assert pool == 4 * PAGE
+        recs = [r for r in caplog.records if "fewer than the context length" in r.getMessage()]
+        hits = [r.getMessage() for r in recs]
+        assert (pool < context) is expect
+        if expect:
+            assert len(hits) == 1 and recs[0].levelname == "WARNING", hits
+            assert f"holds {pool} tokens" in hits[0] and str(context) in hits[0]
+            assert "--max-total-tokens" in hits[0] and "--context-length" in hits[0]
+        else:
+            assert hits == []
+
+
+def test_planner_capacity_and_concurrency_follow_the_page_arithmetic(sched_model_dir: str) -> None:
+    """vllm-project/vllm#10517 (users could not tell how the KV cache relates to the maximum
+    sequence length: "Maximum concurrency for 20000 tokens per request: 1.56x"): the plan's
+    numbers are the page arithmetic, computed here independently: capacity =
+    ``floor(max_total_tokens / page_size) * page_size``, longest request =
+    ``min(context, capacity)``, requests of the full context that fit at once =
+    ``floor(pages / ceil(context / page_size))``, for budgets on both sides of one context."""
+    from sglang_v4.configs.model_config import ModelConfig
+    from sglang_v4.mem_cache.kv_planner import plan_kv_pools
+
+    mc = ModelConfig.from_pretrained(sched_model_dir)
+    for tokens, ctx in ((5000, 1000), (5000, 4096), (1000, 4096), (20 * PAGE, 20 * PAGE)):
+        plan = plan_kv_pools(mc, "auto", max_total_tokens=tokens, context_length=ctx, max_running_requests=8)
+        pages = tokens // PAGE
+        assert plan.kv_capacity_tokens == pages * PAGE, (tokens, ctx)
+        assert plan.max_context == min(ctx, pages * PAGE)
+        assert plan.max_concurrency == min(8, pages // -(-ctx // PAGE))
+        assert (plan.capacity_warning() is None) == (pages * PAGE >= ctx)
