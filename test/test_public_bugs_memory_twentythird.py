@@ -359,3 +359,91 @@ def test_planner_capacity_and_concurrency_follow_the_page_arithmetic(sched_model
         assert plan.max_context == min(ctx, pages * PAGE)
         assert plan.max_concurrency == min(8, pages // -(-ctx // PAGE))
         assert (plan.capacity_warning() is None) == (pages * PAGE >= ctx)
+
+
+# --- requests at the limits of the budgets -------------------------------------------------------
+
+
+def test_prompt_over_max_prefill_tokens_with_chunking_off_still_runs(sched_model_dir: str) -> None:
+    """vllm-project/vllm-metal#200 and vllm-project/vllm#55130 (with chunked prefill off, a
+    prompt longer than the step's token budget stayed in the waiting queue forever): with
+    ``--chunked-prefill-size -1`` and ``--max-prefill-tokens 100`` a 700-token prompt is
+    prefilled (in one step, as nothing else runs) and gives the tokens of its cold run on a
+    default budget; a short request queued behind it finishes too."""
+    prompt = random_ids(700, seed=2360)
+    cold_s = make_scheduler(sched_model_dir, max_total_tokens=8 * PAGE)
+    cold = run_one(cold_s, "cold", prompt, 4)["ids"]
+    short_cold = run_one(cold_s, "cold-short", random_ids(50, seed=2361), 4)["ids"]
+    s = make_scheduler(
+        sched_model_dir, max_total_tokens=8 * PAGE, chunked_prefill_size=-1, max_prefill_tokens=100
+    )
+    submit(s, "long", prompt, 4)
+    submit(s, "short", random_ids(50, seed=2361), 4)
+    got = drain(s, max_steps=50)
+    assert got["long"]["ids"] == cold
+    assert got["short"]["ids"] == short_cold
+    assert_idle(s)
+
+
+@pytest.mark.parametrize("page_size", [256, 512])
+def test_request_filling_the_whole_pool_runs_without_starving_the_queue(
+    sched_model_dir: str, page_size: int
+) -> None:
+    """vllm-project/vllm#47272 (the pool's reserved null block was counted as capacity, so a
+    request of the advertised length could never be served) and sgl-project/sglang#31205 (on
+    DeepSeek-V4's hybrid pool, a prompt whose sliding-window budget exceeded the window pool was
+    never admitted and starved everything queued behind it): on a 4-page pool (``1300`` tokens
+    with 512-token pages rounds down to ``1024``) a prompt of ``max_total_num_tokens - 1`` tokens
+    plus one new token (the whole pool: the oracle is the rounding arithmetic) runs with chunking
+    off, a prompt one token longer is the pool's 400, and a short request queued behind both
+    finishes; every page comes back."""
+    budget = 4 * PAGE if page_size == 256 else 1300
+    s = make_scheduler(sched_model_dir, max_total_tokens=budget, page_size=page_size, chunked_prefill_size=-1)
+    pool = s.max_total_num_tokens
+    assert pool == budget // page_size * page_size == s.pool.block_alloc.num_pages * page_size
+    submit(s, "full", random_ids(pool - 1, seed=2370), 1)
+    submit(s, "over", random_ids(pool, seed=2370), 1)
+    submit(s, "after", random_ids(60, seed=2371), 3)
+    got = drain(s, max_steps=100)
+    assert len(got["full"]["ids"]) == 1 and got["full"]["finish"]["type"] == "length", got["full"]["finish"]
+    assert got["over"]["finish"]["type"] == "abort" and got["over"]["finish"]["status_code"] == 400
+    assert len(got["after"]["ids"]) == 3
+    assert_idle(s)
+
+
+# --- retraction ----------------------------------------------------------------------------------
+
+
+def test_retraction_with_overlap_and_an_unaligned_shared_prefix_leaks_nothing(sched_model_dir: str) -> None:
+    """sgl-project/sglang#11976 (retraction under the overlap schedule leaked KV) and
+    sgl-project/sglang#4977 (retraction with ``page_size > 1`` leaked the page of a prefix that
+    did not end on a page boundary): fp8 KV, overlap on, a 6-page pool and three 500-token
+    prompts sharing a cached 260-token prefix (one shared page), each decoding into its third
+    page (3 x 2 own pages + 1 shared do not fit in 6): retractions happen, each request gives the tokens of its cold run,
+    and the allocators and ``check_integrity`` balance throughout and at the end."""
+    s = make_scheduler(
+        sched_model_dir, max_total_tokens=6 * PAGE, kv_cache_dtype="fp8_e4m3", chunked_prefill_size=-1
+    )
+    assert s.enable_overlap
+    prefix = random_ids(260, seed=2380)
+    prompts = [prefix + random_ids(240, seed=2381 + i) for i in range(3)]
+    cold = []
+    for i, p in enumerate(prompts):
+        assert s.flush_cache()
+        cold.append(run_one(s, f"cold{i}", p, 30)["ids"])
+    assert s.flush_cache()
+    run_one(s, "seed", prefix, 1)
+    for i, p in enumerate(prompts):
+        submit(s, f"r{i}", p, 30)
+    got: dict[str, dict] = {}
+    while s.has_work():
+        for rid, r in _step(s, 1).items():
+            g = got.setdefault(rid, {"ids": []})
+            g["ids"] += r["ids"]
+            g["finish"] = r.get("finish")
+        _integrity(s)
+    assert s.num_retractions > 0
+    for i in range(3):
+        assert got[f"r{i}"]["ids"] == cold[i], i
+    _assert_no_locks(s)
+    assert_idle(s)
