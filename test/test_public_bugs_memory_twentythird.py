@@ -447,3 +447,29 @@ def test_retraction_with_overlap_and_an_unaligned_shared_prefix_leaks_nothing(sc
         assert got[f"r{i}"]["ids"] == cold[i], i
     _assert_no_locks(s)
     assert_idle(s)
+
+
+def test_prefill_only_request_warms_the_whole_prompt_across_chunks(sched: Any) -> None:
+    """vllm-project/vllm#41327 (a ``max_tokens=0`` fast path finished a prefill-only request
+    after its first chunk, so KV-cache warming stopped part-way) and sgl-project/sglang#10871's
+    slot accounting: a ``max_new_tokens=0`` request over a 700-token prompt in 300-token chunks
+    (one aborted in its first chunk beside it) finishes ``length`` with no token after its last
+    chunk; the same prompt then hits ``floor(700 / 256) * 256 = 512`` cached tokens and gives the
+    tokens of its cold run; no slot or lock is left."""
+    prompt = random_ids(700, seed=2390)
+    assert sched.flush_cache()
+    cold = run_one(sched, "cold", prompt, 4)["ids"]
+    assert sched.flush_cache()
+    submit(sched, "warm", prompt, 0)
+    submit(sched, "gone", random_ids(650, seed=2391), 0)
+    early = _step(sched, 1)
+    sched.abort_request("gone")
+    got = drain(sched, early)
+    assert got["warm"]["ids"] == [] and got["warm"]["finish"]["type"] == "length", got["warm"]
+    assert got["gone"]["finish"]["type"] == "abort"
+    _assert_no_locks(sched)
+    hit = run_one(sched, "hit", prompt, 4)
+    assert hit["cached"] == 700 // PAGE * PAGE
+    assert hit["ids"] == cold
+    assert sched.pool.req_slots.available == sched.pool.req_slots.size
+    assert_idle(sched)
