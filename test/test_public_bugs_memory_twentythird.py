@@ -229,26 +229,27 @@ def _assert_no_locks(s: Any) -> None:
 
 
 def test_abort_mid_decode_and_in_queue_returns_every_page(sched: Any) -> None:
-    """sgl-project/sglang#1674 (aborting requests leaked their KV): one request aborted while
-    decoding, one while prefilling in chunks and one still queued (``max_running_requests`` is not
-    reached, the pool is: 12 pages for three 700-token prompts) all finish ``abort`` and return
-    their pages and slots (the allocators' counts and ``check_integrity``); a fourth request run
-    to the end gives the tokens of its cold run."""
+    """sgl-project/sglang#1674 (aborting requests leaked their KV): three 700-token requests on a
+    12-page pool beside a 400-token one, aborted while running (decoding or mid-prefill), and a
+    fourth aborted while still queued, all finish ``abort`` and
+    return their pages and slots (the allocators' counts and ``check_integrity``); the request
+    run to the end gives the tokens of its cold run."""
     assert sched.flush_cache()
     cold = run_one(sched, "cold", random_ids(400, seed=2320), 6)["ids"]
     assert sched.flush_cache()
+    submit(sched, "keep", random_ids(400, seed=2320), 6)
     for i in range(3):
         submit(sched, f"a{i}", random_ids(700, seed=2321 + i), 40)
-    submit(sched, "keep", random_ids(400, seed=2320), 6)
     early = _step(sched, 6)
+    submit(sched, "a3", random_ids(700, seed=2324), 40)
     _integrity(sched)
     states = {r.rid: "running" for r in sched.running} | {r.rid: "waiting" for r in sched.waiting}
-    assert {"a0", "a1", "a2"} <= set(states), states
-    for i in range(3):
+    assert {states[f"a{i}"] for i in range(4)} == {"running", "waiting"}, states
+    for i in range(4):
         sched.abort_request(f"a{i}")
     _integrity(sched)
     got = drain(sched, early)
-    for i in range(3):
+    for i in range(4):
         assert got[f"a{i}"]["finish"]["type"] == "abort", got[f"a{i}"]["finish"]
     assert got["keep"]["ids"] == cold
     _assert_no_locks(sched)
