@@ -80,7 +80,8 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
 
     Values after construction are resolved: ``device`` is ``"cpu"`` or ``"cuda"``; ``dtype`` is
     ``"float32"`` or ``"bfloat16"`` (``auto``: float32 on CPU, bfloat16 on CUDA);
-    ``chunked_prefill_size`` is a positive token count (``-1`` disables chunking, as in SGLang).
+    ``chunked_prefill_size`` is a positive token count (``-1`` disables chunking; any value ``<= 0``
+    is read as ``-1``, as SGLang's scheduler reads it).
     ``model_path=None`` means the embedded default model; ``launch_server`` / ``Engine`` replace it
     by the directory that ``sglang_v4.tools.default_model.ensure_default_model()`` returns before
     starting the child processes.

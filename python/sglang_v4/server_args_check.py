@@ -400,8 +400,13 @@ def check_server_args(args: ServerArgs) -> None:
     _nonnegative_int(args, "indexer_stream_max_bs")
     _positive_int(args, "decode_log_interval", allow_none=False)
     cps = args.chunked_prefill_size
-    if isinstance(cps, bool) or not isinstance(cps, int) or (cps <= 0 and cps != -1):
-        raise ValueError(f"chunked_prefill_size must be a positive integer or -1 (got {cps!r})")
+    if isinstance(cps, bool) or not isinstance(cps, int):
+        raise ValueError(
+            f"chunked_prefill_size must be an integer, -1 (or any value <= 0) to disable (got {cps!r})"
+        )
+    if cps <= 0:
+        # SGLang's scheduler reads every value <= 0 as "chunking disabled" (sgl-project/sglang#8973)
+        args.chunked_prefill_size = -1
     seed = args.random_seed
     # torch.manual_seed takes [-2**63, 2**64 - 1] (it raises "Overflow when unpacking long long"
     # past that, in the scheduler process after launch): refuse it here, naming the field

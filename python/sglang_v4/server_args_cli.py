@@ -197,7 +197,7 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
             if DEFAULT_CHUNKED_PREFILL_CUDA == DEFAULT_CHUNKED_PREFILL_CPU
             else f"(default {DEFAULT_CHUNKED_PREFILL_CUDA} on CUDA, {DEFAULT_CHUNKED_PREFILL_CPU} on CPU; "
         )
-        + "-1 disables chunking).",
+        + "-1, or any value <= 0 as in SGLang, disables chunking).",
     )
     a("--disable-radix-cache", action="store_true")
     a(

@@ -212,6 +212,22 @@ class KVPlan:
         d["layout"] = self.layout.to_dict()
         return d
 
+    def capacity_warning(self) -> str | None:
+        """The start-up warning of a pool that cannot hold one request of ``context_length``
+        tokens (SGLang 0.5.23 warns at that point too: not an error, a deployment that never sends
+        full-length requests may want a small pool), naming both counts, what happens to longer
+        requests and the flags that change it; ``None`` when one full-length request fits."""
+        if self.kv_capacity_tokens >= self.context_length:
+            return None
+        return (
+            f"KV pool holds {self.kv_capacity_tokens} tokens, fewer than the context length "
+            f"{self.context_length}: one full-length request cannot fit. A prompt of more than "
+            f"{self.kv_capacity_tokens - 1} tokens, or a prompt plus max_new_tokens over "
+            f"{self.kv_capacity_tokens}, is refused (400); a request without max_new_tokens stops at "
+            f"{self.kv_capacity_tokens} tokens. Raise --max-total-tokens (or --mem-fraction-static "
+            "on CUDA) or lower --context-length."
+        )
+
     def summary(self) -> str:
         """One log line: capacity, max context, concurrency, fragmentation.
 

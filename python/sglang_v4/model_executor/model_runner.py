@@ -230,6 +230,9 @@ class ModelRunner:
         self.plan = self._size_pool(sa.max_total_tokens, sa.mem_fraction_static)
         self.max_total_tokens = self.plan.kv_capacity_tokens
         logger.info(self.plan.summary())
+        short = self.plan.capacity_warning()
+        if short is not None and self.tp.rank == 0:
+            logger.warning(short)
         self.pool = DSV4KVPool(
             model_config,
             self.page_size,
