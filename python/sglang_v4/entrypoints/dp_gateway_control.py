@@ -252,23 +252,23 @@ def add_control_routes(
         bodies = await every_answer(request)
         return bodies if isinstance(bodies, web.Response) else web.json_response(bodies)
 
-    async def weight_version(request: web.Request) -> web.Response:
-        bodies = await every_answer(request)
-        if isinstance(bodies, web.Response):
-            return bodies
-        agreed, disagreement = merge_weight_versions(bodies)
-        if disagreement is not None:
-            return error(request, 409, disagreement)
-        return web.json_response(agreed)
+    def agreed_answer(merge: Any) -> Any:
+        """A handler answering the replicas' common body, as ``merge`` (``bodies -> (agreed,
+        disagreement)``) finds it, or a 409 with ``merge``'s text when they disagree."""
 
-    async def model_info(request: web.Request) -> web.Response:
-        bodies = await every_answer(request)
-        if isinstance(bodies, web.Response):
-            return bodies
-        agreed, disagreement = merge_model_infos(bodies)
-        if disagreement is not None:
-            return error(request, 409, disagreement)
-        return web.json_response(agreed)
+        async def handler(request: web.Request) -> web.Response:
+            bodies = await every_answer(request)
+            if isinstance(bodies, web.Response):
+                return bodies
+            agreed, disagreement = merge(bodies)
+            if disagreement is not None:
+                return error(request, 409, disagreement)
+            return web.json_response(agreed)
+
+        return handler
+
+    weight_version = agreed_answer(merge_weight_versions)
+    model_info = agreed_answer(merge_model_infos)
 
     async def health(request: web.Request) -> web.Response:
         answers = await ask_all(request)

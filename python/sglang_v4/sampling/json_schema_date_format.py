@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DATE_FORMAT_PATTERNS", "exact_date_format"]
+__all__ = ["DATE_FORMAT_PATTERNS", "exact_date_format", "exact_format"]
 
 # RFC 3339 section 5.6 (``full-date``, ``full-time``), written without look-arounds or
 # non-capturing groups (xgrammar's regex subset). Years 0001-9999.
@@ -39,14 +39,22 @@ DATE_FORMAT_PATTERNS = {
 }
 
 
-def exact_date_format(node: dict[str, Any]) -> None:
-    """Replace, in place, a ``string`` node's ``format`` of :data:`DATE_FORMAT_PATTERNS` by its
-    exact ``pattern`` (module docstring); other nodes are left as they are."""
+def exact_format(node: dict[str, Any], patterns: dict[str, str]) -> None:
+    """Replace, in place, a ``string`` node's ``format`` that ``patterns`` names by its exact
+    ``pattern`` (``patterns[format]``); a node that is no string, has another format, or also sets
+    ``pattern`` / ``minLength`` / ``maxLength`` is left as it is (those are refused by name later:
+    :mod:`sglang_v4.sampling.json_schema_support`)."""
     fmt, t = node.get("format"), node.get("type")
     is_string = t == "string" or (isinstance(t, list) and "string" in t)
-    if not isinstance(fmt, str) or fmt not in DATE_FORMAT_PATTERNS or not is_string:
+    if not isinstance(fmt, str) or fmt not in patterns or not is_string:
         return
     if any(k in node for k in ("pattern", "minLength", "maxLength")):
         return
     del node["format"]
-    node["pattern"] = DATE_FORMAT_PATTERNS[fmt]
+    node["pattern"] = patterns[fmt]
+
+
+def exact_date_format(node: dict[str, Any]) -> None:
+    """Replace, in place, a ``string`` node's ``format`` of :data:`DATE_FORMAT_PATTERNS` by its
+    exact ``pattern`` (module docstring); other nodes are left as they are."""
+    exact_format(node, DATE_FORMAT_PATTERNS)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sglang_v4.sampling.json_schema_date_format import exact_format
+
 __all__ = ["IP_FORMAT_PATTERNS", "exact_ip_format"]
 
 # RFC 3986 section 3.2.2, written without look-arounds, non-capturing groups or ``?`` (xgrammar's
@@ -60,11 +62,4 @@ IP_FORMAT_PATTERNS = {
 def exact_ip_format(node: dict[str, Any]) -> None:
     """Replace, in place, a ``string`` node's ``format`` of :data:`IP_FORMAT_PATTERNS` by its
     exact ``pattern`` (module docstring); other nodes are left as they are."""
-    fmt, t = node.get("format"), node.get("type")
-    is_string = t == "string" or (isinstance(t, list) and "string" in t)
-    if not isinstance(fmt, str) or fmt not in IP_FORMAT_PATTERNS or not is_string:
-        return
-    if any(k in node for k in ("pattern", "minLength", "maxLength")):
-        return
-    del node["format"]
-    node["pattern"] = IP_FORMAT_PATTERNS[fmt]
+    exact_format(node, IP_FORMAT_PATTERNS)
