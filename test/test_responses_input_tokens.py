@@ -54,11 +54,11 @@ CASES: dict[str, dict[str, Any]] = {
         ],
     },
     "thinking": {"input": "Think about it", "reasoning": {"effort": "high"}},
-    "json_format": {
-        "input": "Give a JSON object",
-        "text": {"format": {"type": "json_object"}},
-    },
 }
+
+#: A ``text.format`` request: its prompt holds DeepSeek's "## Response Format" section, and the
+#: fake server has no grammar backend to serve it, so it is counted on the embedded-model server.
+JSON_FORMAT: dict[str, Any] = {"input": "Give a JSON object", "text": {"format": {"type": "json_object"}}}
 
 
 def _client(server: Any) -> openai.OpenAI:
@@ -76,15 +76,25 @@ def test_count_equals_usage_of_a_real_response(plain_fake_server, case: str) -> 
         json={"model": MODEL, "max_output_tokens": 2, "store": False, **body},
         timeout=60,
     )
-    if case == "json_format" and r.status_code == 400:  # the fake server has no grammar backend
-        assert "text.format" in r.text
-        r = requests.post(
-            plain_fake_server.url + "/v1/responses",
-            json={"model": MODEL, "max_output_tokens": 2, "store": False, "input": body["input"]},
-            timeout=60,
-        )
     assert r.status_code == 200, r.text
     assert got.input_tokens == r.json()["usage"]["input_tokens"]
+
+
+def test_count_with_a_text_format_equals_usage_of_a_real_response(embedded_model_server) -> None:
+    """A ``text.format`` request (its prompt carries the format section) counts what a real,
+    grammar-constrained ``/v1/responses`` call on the same server reports as its input, and more
+    than the same request without the format."""
+    client = _client(embedded_model_server)
+    model = client.models.list().data[0].id
+    got = client.responses.input_tokens.count(model=model, **JSON_FORMAT)
+    plain = client.responses.input_tokens.count(model=model, input=JSON_FORMAT["input"])
+    r = requests.post(
+        embedded_model_server.url + "/v1/responses",
+        json={"model": model, "max_output_tokens": 2, "store": False, **JSON_FORMAT},
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    assert got.input_tokens == r.json()["usage"]["input_tokens"] > plain.input_tokens
 
 
 def test_count_continues_a_stored_response(plain_fake_server) -> None:
