@@ -16,6 +16,11 @@ the server), mean / median / p99 TTFT, output and total token throughput. The co
 ``throughput_ratio = throughput(on) / throughput(off)``. Each run starts with one warm-up request
 and then flushes the cache, so no run inherits the previous one's cache.
 
+With ``--launch`` the servers run with ``--enable-request-time-stats-logging``: each measured
+request's ``ReqTimeStats(...)`` line is read back from the server's log and the summary gives the
+mean / p50 of every stage (tokenize, queue, forward, detokenize, ...; ms) for hits and misses
+apart, so it shows where a hit's TTFT goes (``stage_summary``).
+
 Usage::
 
     # launch both servers here (one after the other), embedded default model on CPU
@@ -29,9 +34,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -106,6 +113,59 @@ def compare(on: dict[str, Any], off: dict[str, Any]) -> dict[str, float | None]:
     }
 
 
+#: A server's ``--enable-request-time-stats-logging`` line: its head and its ``key=1.23ms`` fields.
+TIME_STATS_RE = re.compile(
+    r"ReqTimeStats\(rid=(?P<rid>[^,]+), input_len=(?P<input_len>\d+), "
+    r"cached_input_len=(?P<cached>\d+), output_len=(?P<output_len>\d+), [^)]*\): (?P<fields>.*)$"
+)
+_MS_FIELD_RE = re.compile(r"(\w+)=(-?[0-9.]+)ms")
+
+
+def parse_time_stats_lines(text: str) -> list[dict[str, Any]]:
+    """The ``ReqTimeStats`` lines of a server log, in order: per line ``rid``, ``input_len``,
+    ``cached`` (prompt tokens from the prefix cache), ``output_len`` and ``stages`` (name -> ms,
+    ``ttft`` and ``e2e`` included)."""
+    out = []
+    for line in text.splitlines():
+        m = TIME_STATS_RE.search(line)
+        if m is None:
+            continue
+        out.append(
+            {
+                "rid": m["rid"],
+                "input_len": int(m["input_len"]),
+                "cached": int(m["cached"]),
+                "output_len": int(m["output_len"]),
+                "stages": {k: float(v) for k, v in _MS_FIELD_RE.findall(m["fields"])},
+            }
+        )
+    return out
+
+
+def stage_summary(lines: list[dict[str, Any]], min_fraction: float = 0.5) -> dict[str, Any]:
+    """Per class (``hits``: at least ``min_fraction`` of the prompt cached, as :func:`hit_split`;
+    ``misses``) its count ``n`` and per stage the ``mean`` and ``p50`` in ms over the lines that
+    have it (:func:`parse_time_stats_lines`)."""
+    out: dict[str, Any] = {}
+    for cls in ("hits", "misses"):
+        mine = [
+            ln
+            for ln in lines
+            if (ln["input_len"] > 0 and ln["cached"] >= min_fraction * ln["input_len"]) == (cls == "hits")
+        ]
+        stages: dict[str, list[float]] = {}
+        for ln in mine:
+            for k, v in ln["stages"].items():
+                stages.setdefault(k, []).append(v)
+        out[cls] = {
+            "n": len(mine),
+            "stages": {
+                k: {"mean": statistics.fmean(v), "p50": statistics.median(v)} for k, v in stages.items()
+            },
+        }
+    return out
+
+
 def run_workload(
     url: str,
     name: str,
@@ -113,9 +173,14 @@ def run_workload(
     out_dir: Path,
     tok: bs.BenchTokenizer,
     jit_warmup: bool = False,
+    server_log: Path | None = None,
     **common: Any,
 ) -> dict[str, Any]:
     """One bench_serving run of a workload against ``url``; returns the METRICS subset.
+
+    ``server_log``: the log of a server run with ``--enable-request-time-stats-logging``; the
+    stage lines it gains during the measured run (the last ones: one per measured request, the
+    warm-up request's finished before) are summarised into ``stage_ms`` (:func:`stage_summary`).
 
     ``jit_warmup``: first run the same workload once on other prompts (seed + 1000; not recorded),
     so that kernel JIT compiles and CUDA-graph captures of its shapes fall outside the measurement.
@@ -127,6 +192,7 @@ def run_workload(
         bs.run_benchmark(
             bs.make_args(base_url=url, warmup_requests=0, disable_tqdm=True, **overrides, **pre), tok=tok
         )
+    log_start = server_log.stat().st_size if server_log is not None else 0
     args = bs.make_args(
         base_url=url,
         warmup_requests=1,
@@ -145,7 +211,13 @@ def run_workload(
             res["start_times"], res["ttfts"], res["cached_tokens"], res["input_lens"], res["successes"]
         )
     ]
-    return {k: res[k] for k in METRICS} | hit_split(res) | {"requests": per_request}
+    out = {k: res[k] for k in METRICS} | hit_split(res) | {"requests": per_request}
+    if server_log is not None:
+        with open(server_log, "rb") as f:
+            f.seek(log_start)
+            lines = parse_time_stats_lines(f.read().decode("utf-8", "replace"))
+        out["stage_ms"] = stage_summary(lines[-len(per_request) :] if per_request else [])
+    return out
 
 
 def hit_split(res: dict[str, Any], min_fraction: float = 0.5) -> dict[str, Any]:
@@ -230,7 +302,35 @@ def render_markdown(results: dict[str, Any], header: str = "") -> str:
             f"| {f(on.get('mean_ttft_hits_ms'), '.1f')} / {f(on.get('mean_ttft_misses_ms'), '.1f')} "
             f"| {f(c.get('ttft_speedup_hits'))}x |"
         )
+    lines += render_stage_tables(results)
     return "\n".join(lines) + "\n"
+
+
+def render_stage_tables(results: dict[str, Any]) -> list[str]:
+    """Markdown lines: per workload and server that has ``stage_ms`` (launched servers), each
+    stage's mean / p50 ms for hits and misses (the server's ``ReqTimeStats`` lines)."""
+    out: list[str] = []
+    for name, r in results.items():
+        for side in ("on", "off"):
+            st = r[side].get("stage_ms")
+            if not st:
+                continue
+            hits, misses = st["hits"], st["misses"]
+            out += [
+                "",
+                f"Stages of `{name}`, radix cache {side} (server log, ms; hits n={hits['n']}, misses n={misses['n']}):",
+                "",
+                "| stage | hits mean | hits p50 | misses mean | misses p50 |",
+                "|---|---:|---:|---:|---:|",
+            ]
+            names = list(dict.fromkeys([*hits["stages"], *misses["stages"]]))
+            for k in names:
+                cells = []
+                for cls in (hits, misses):
+                    v = cls["stages"].get(k)
+                    cells += ["n/a", "n/a"] if v is None else [f"{v['mean']:.2f}", f"{v['p50']:.2f}"]
+                out.append(f"| {k} | " + " | ".join(cells) + " |")
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -357,14 +457,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = shlex.split(a.server_args)
         results: dict[str, Any] = {}
         sides: dict[str, dict[str, Any]] = {}
+        if "--enable-request-time-stats-logging" not in extra:
+            extra.append("--enable-request-time-stats-logging")  # the stage lines of the summary
         for side, flags in (("on", []), ("off", ["--disable-radix-cache"])):
-            proc, url = launch_server([*extra, *flags], a.out_dir / f"server_{side}.log", a.server_timeout)
+            log_path = a.out_dir / f"server_{side}.log"
+            proc, url = launch_server([*extra, *flags], log_path, a.server_timeout)
             try:
                 if tok is None:
                     _, tok_path = bs.resolve_model_and_tokenizer(url, None, None, bs.auth_headers())
                     tok = bs.get_tokenizer(tok_path)
                 sides[side] = {
-                    name: run_workload(url, name, ov, a.out_dir, tok, a.jit_warmup, **common)
+                    name: run_workload(url, name, ov, a.out_dir, tok, a.jit_warmup, log_path, **common)
                     for name, ov in workloads.items()
                 }
             finally:

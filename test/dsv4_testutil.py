@@ -85,6 +85,8 @@ class Twin:
     hf: HFModel
     ours: DeepseekV4ForCausalLM
     state: dict[str, torch.Tensor] = field(repr=False, default_factory=dict)
+    #: :func:`hf_logprobs_memo`'s results by token sequence
+    hf_memo: dict[tuple[int, ...], torch.Tensor] = field(repr=False, compare=False, default_factory=dict)
 
 
 def make_twin(name: str, seed: int = 0, cfg: dict[str, Any] | None = None) -> Twin:
@@ -108,6 +110,16 @@ def hf_logprobs(twin: Twin, ids: list[int]) -> torch.Tensor:
     """``[L, V]`` fp32 log-probabilities of the oracle, one forward over the whole sequence."""
     out = twin.hf(torch.tensor([ids])).logits[0].float()
     return torch.log_softmax(out, dim=-1)
+
+
+def hf_logprobs_memo(twin: Twin, ids: list[int]) -> torch.Tensor:
+    """:func:`hf_logprobs` remembered per twin and token sequence (a copy of the stored tensor), for
+    modules that check several runtime schedules of one sequence against the same oracle. Only for
+    twins whose HF weights are never changed after their first call."""
+    key = tuple(ids)
+    if key not in twin.hf_memo:
+        twin.hf_memo[key] = hf_logprobs(twin, ids)
+    return twin.hf_memo[key].clone()
 
 
 @torch.no_grad()

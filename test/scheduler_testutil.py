@@ -4,13 +4,18 @@
 fixture in ``conftest.py``, or :func:`write_sched_model` for another seed); ``submit`` queues a
 greedy request; ``drain`` steps until idle and collects every request's outputs; ``assert_idle``
 checks that after a flush no page or request slot is left in use.
+
+Schedulers built by ``make_scheduler`` on the same unchanged model directory share one loaded
+tokenizer (the scheduler only reads it; loading the DeepSeek vocabulary costs about a second).
 """
 
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
+import sglang_v4.utils
 from dsv4_testutil import CONFIGS
 from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
 from sglang_v4.managers.req import Req
@@ -31,8 +36,31 @@ def write_sched_model(tmp_path_factory: Any, seed: int = 4, name: str = "sched_m
     )
 
 
+#: tokenizers loaded by :func:`make_scheduler`, by (directory, its files' names, sizes and mtimes)
+_TOKENIZERS: dict[tuple[Any, ...], Any] = {}
+#: how many of them are kept (the least recently used go first)
+_TOKENIZERS_KEPT = 4
+
+
+def _tokenizer_key(path: str) -> tuple[Any, ...] | None:
+    """The cache key of the tokenizer in directory ``path``: the path and the name, size and
+    modification time of every file in it (a rewritten tokenizer file is a new key); None for a
+    path that is no directory (not cached)."""
+    if not os.path.isdir(path):
+        return None
+    files = []
+    for entry in sorted(os.scandir(path), key=lambda e: e.name):
+        if entry.is_file():
+            st = entry.stat()
+            files.append((entry.name, st.st_size, st.st_mtime_ns))
+    return (os.path.abspath(path), tuple(files))
+
+
 def make_scheduler(model_dir: str, max_total_tokens: int = 32 * PAGE, **kw: Any) -> Scheduler:
-    """A CPU float32 ``Scheduler`` without warm-up; ``kw`` are further ``ServerArgs`` fields."""
+    """A CPU float32 ``Scheduler`` without warm-up; ``kw`` are further ``ServerArgs`` fields.
+
+    The scheduler's tokenizer is the one an earlier call loaded from the same unchanged directory
+    (else ``sglang_v4.utils.get_tokenizer``'s, as installed at the call, which it then keeps)."""
     args: dict[str, Any] = dict(
         model_path=model_dir,
         device="cpu",
@@ -41,7 +69,23 @@ def make_scheduler(model_dir: str, max_total_tokens: int = 32 * PAGE, **kw: Any)
         skip_warmup=True,
     )
     args.update(kw)
-    return Scheduler(ServerArgs(**args))
+    load = sglang_v4.utils.get_tokenizer
+
+    def shared_tokenizer(path: str) -> Any:
+        key = _tokenizer_key(path)
+        if key is None:
+            return load(path)
+        tok = _TOKENIZERS.pop(key) if key in _TOKENIZERS else load(path)
+        _TOKENIZERS[key] = tok  # most recently used last
+        while len(_TOKENIZERS) > _TOKENIZERS_KEPT:  # bounded: per-test directories would pile up
+            del _TOKENIZERS[next(iter(_TOKENIZERS))]
+        return tok
+
+    sglang_v4.utils.get_tokenizer = shared_tokenizer
+    try:
+        return Scheduler(ServerArgs(**args))
+    finally:
+        sglang_v4.utils.get_tokenizer = load
 
 
 def submit(

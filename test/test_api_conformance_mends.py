@@ -28,97 +28,36 @@ reference.
 from __future__ import annotations
 
 import ast
-import copy
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import deepseek_recipe as recipe
 import openai
 import pytest
 import requests
 from aiohttp import web
 from aiohttp_serve_testutil import free_port, serve_aiohttp
+from chat_tool_pairing_testutil import OPENAI_UNANSWERED, TOOLS, U, make_route_client
+from chat_tool_pairing_testutil import post_chat as _chat
+from chat_tool_pairing_testutil import recipe_chat_error as _recipe_chat_error
+from chat_tool_pairing_testutil import recipe_messages_error as _recipe_messages_error
+from chat_tool_pairing_testutil import tool_calls_message as _calls
+from chat_tool_pairing_testutil import tool_result_block as _tool_result
+from chat_tool_pairing_testutil import tool_result_message as _result
+from chat_tool_pairing_testutil import tool_use_block as _tool_use
 from fake_prompt_tm import MODEL, PromptTM
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sglang_v4.entrypoints.anthropic import create_anthropic_router
 from sglang_v4.entrypoints.dp_gateway import GATEWAY_SERVER_OPTIONS, create_gateway_app
-from sglang_v4.entrypoints.openai import create_openai_router
 from transformers import PreTrainedTokenizerFast
 
 pytestmark = pytest.mark.timeout(120)
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}},
-    }
-]
-U = {"role": "user", "content": "Weather in Paris?"}
-OPENAI_UNANSWERED = (
-    "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
-    "'tool_call_id'. The following tool_call_ids did not have response messages: "
-)
-
-
-def _call(cid: str) -> dict[str, Any]:
-    return {"id": cid, "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
-
-
-def _calls(*ids: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": None, "tool_calls": [_call(c) for c in ids]}
-
-
-def _result(cid: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": cid, "content": "18C"}
-
-
-def _recipe_chat_error(messages: list[dict[str, Any]]) -> str | None:
-    """DeepSeek's Chat Completions converter on ``messages``: its 400 body, or None if it takes
-    them (``developer`` messages sent as ``system``: the converter has no ``developer`` role)."""
-    msgs = [{**m, "role": "system"} if m["role"] == "developer" else m for m in copy.deepcopy(messages)]
-    body = {"model": "DeepSeek-V4-Pro", "messages": msgs, "tools": TOOLS}
-    try:
-        recipe.ChatCompletionRequest(body).convert(recipe.ConversionOptions(default_thinking_mode=False))
-    except recipe.ConversionError as e:
-        assert e.status_code == 400
-        return e.body
-    return None
-
-
-def _recipe_messages_error(messages: list[dict[str, Any]]) -> str | None:
-    """DeepSeek's Messages converter on ``messages``: its 400 body, or None if it takes them."""
-    body = {"model": "DeepSeek-V4-Pro", "max_tokens": 50, "messages": copy.deepcopy(messages)}
-    try:
-        recipe.MessagesRequest(body).convert(recipe.ConversionOptions(default_thinking_mode=False))
-    except recipe.ConversionError as e:
-        assert e.status_code == 400
-        return e.body
-    return None
-
 
 @pytest.fixture
 def client(tok: PreTrainedTokenizerFast) -> tuple[TestClient, PromptTM]:
-    tm = PromptTM(tok, "ok")
-    sa = SimpleNamespace(
-        served_model_name=MODEL,
-        model_path=None,
-        api_key=None,
-        enable_cache_report=False,
-        allow_auto_truncate=False,
-    )
-    app = FastAPI()
-    router = create_openai_router(tm, sa)
-    app.include_router(router)
-    app.include_router(create_anthropic_router(router.serving))
-    return TestClient(app), tm
-
-
-def _chat(tc: TestClient, messages: list[dict[str, Any]]) -> Any:
-    return tc.post("/v1/chat/completions", json={"model": MODEL, "messages": messages, "tools": TOOLS})
+    return make_route_client(tok)
 
 
 # ---------------------------------------------------------------------------- chat messages
@@ -231,14 +170,6 @@ def test_openai_client_raises_bad_request_for_a_duplicate_answer(client: tuple[T
 
 
 # ---------------------------------------------------------------------------- /v1/messages
-def _tool_use(cid: str) -> dict[str, Any]:
-    return {"type": "tool_use", "id": cid, "name": "get_weather", "input": {}}
-
-
-def _tool_result(cid: str) -> dict[str, Any]:
-    return {"type": "tool_result", "tool_use_id": cid, "content": "18C"}
-
-
 def test_messages_two_results_for_one_tool_use_is_400(client: tuple[TestClient, PromptTM]) -> None:
     """Two ``tool_result`` blocks for one ``tool_use`` in a message: DeepSeek's Messages converter
     refuses it (``messages.2.content.1: each tool_use must have a single result. Found multiple

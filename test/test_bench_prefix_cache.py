@@ -177,3 +177,40 @@ def test_sigterm_stops_launched_servers(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_stage_lines_of_the_server_log_summarised_by_class() -> None:
+    """The server's own ``ReqTimeStats`` lines (``time_stats_line``, as the server logs them) read
+    back and summarised: hits (half or more of the prompt cached) and misses apart, each stage's
+    mean and median equal to ``statistics`` over the known durations; a line without a stage
+    does not count in that stage."""
+    import statistics
+
+    from sglang_v4.managers.req_time_stats import time_stats_line
+
+    rows = [  # (input_len, cached, durations in seconds)
+        (800, 768, {"tokenize": 0.002, "prefill_waiting": 0.001, "forward": 0.030, "ttft": 0.040}),
+        (800, 512, {"tokenize": 0.004, "prefill_waiting": 0.003, "forward": 0.010, "ttft": 0.020}),
+        (800, 768, {"tokenize": 0.003, "prefill_waiting": 0.002, "forward": 0.020, "ttft": 0.030}),
+        (800, 0, {"tokenize": 0.005, "prefill_waiting": 0.004, "forward": 0.500, "ttft": 0.600}),
+        (900, 256, {"tokenize": 0.006, "forward": 0.700}),  # no queue stamp
+    ]
+    log = "\n".join(
+        f"[2026-01-01 00:00:00] {time_stats_line(f'r{i}', n, c, 4, d, 1.0)}"
+        for i, (n, c, d) in enumerate(rows)
+    )
+    log += "\n[2026-01-01 00:00:00] Finish: rid=r9 prompt_tokens=3\n"  # another line of the log
+    lines = pc.parse_time_stats_lines(log)
+    assert [ln["rid"] for ln in lines] == ["r0", "r1", "r2", "r3", "r4"]
+    assert lines[4]["cached"] == 256 and lines[4]["input_len"] == 900 and lines[4]["output_len"] == 4
+    got = pc.stage_summary(lines)
+    assert got["hits"]["n"] == 3 and got["misses"]["n"] == 2
+    hit_fwd = [30.0, 10.0, 20.0]
+    assert got["hits"]["stages"]["forward"]["mean"] == pytest.approx(statistics.fmean(hit_fwd))
+    assert got["hits"]["stages"]["forward"]["p50"] == pytest.approx(20.0)
+    assert got["hits"]["stages"]["queue_duration"]["mean"] == pytest.approx(2.0)  # SGLang's name
+    assert got["misses"]["stages"]["forward"]["p50"] == pytest.approx(600.0)
+    assert got["misses"]["stages"]["queue_duration"]["mean"] == pytest.approx(4.0)  # one line has it
+    md = "\n".join(pc.render_stage_tables({"gsp": {"on": {"stage_ms": got}, "off": {}}}))
+    assert "hits n=3, misses n=2" in md
+    assert "| forward | 20.00 | 20.00 | 600.00 | 600.00 |" in md

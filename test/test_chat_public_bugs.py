@@ -444,7 +444,7 @@ def test_malformed_invoke_keeps_its_valid_siblings() -> None:
     good = invoke("get_weather", ("city", "true", "Paris"))
     text = "Two calls." + block(good, invoke("book", ("pax", "false", "two"))) + "\nSorry."
     content, calls, complete = parse_tool_calls(text, TOOLS)
-    assert content == "Two calls.Sorry." and not complete
+    assert content == "Two calls.\nSorry." and not complete
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Paris"})]
     for chunks in chunkings(text):
         s_content, s_calls, p = run_stream(chunks)

@@ -276,7 +276,7 @@ def test_sglang_12203_required_and_named_tool_choice_with_reasoning(
             '<{D}parameter name="days" string="false">3</{D}parameter>',
             '{"city": "Paris',
             # the block ends at its wrapper's closing tag; after it, text with its tags dropped
-            "On it.ok3",
+            "On it.\nok3",
         ),
         ('<{D}parameter name="days" string="false">3\n</{D}invoke>', '{"days": 3', "On it."),
         # sgl-project/sglang#39435: a parameter tag without the DSML marker (and its string flag)

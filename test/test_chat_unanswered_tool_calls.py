@@ -11,90 +11,31 @@ have response messages: ...") and Anthropic's ("messages.N: `tool_use` ids were 
 
 from __future__ import annotations
 
-import copy
-from types import SimpleNamespace
-from typing import Any
-
-import deepseek_recipe as recipe
 import openai
 import pytest
+from chat_tool_pairing_testutil import (
+    OPENAI_UNANSWERED,
+    TOOLS,
+    U,
+    make_route_client,
+    recipe_chat_error,
+    recipe_messages_error,
+)
+from chat_tool_pairing_testutil import post_chat as _chat
+from chat_tool_pairing_testutil import tool_calls_message as _calls
+from chat_tool_pairing_testutil import tool_result_block as _tool_result
+from chat_tool_pairing_testutil import tool_result_message as _result
+from chat_tool_pairing_testutil import tool_use_block as _tool_use
 from fake_prompt_tm import MODEL, PromptTM
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sglang_v4.entrypoints.anthropic import create_anthropic_router
-from sglang_v4.entrypoints.openai import create_openai_router
 from transformers import PreTrainedTokenizerFast
 
-OPENAI_UNANSWERED = (
-    "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
-    "'tool_call_id'. The following tool_call_ids did not have response messages: "
-)
 ANTHROPIC_UNANSWERED = "`tool_use` ids were found without `tool_result` blocks immediately after: "
-U = {"role": "user", "content": "Weather in Paris?"}
-TOOLS = [
-    {
-        "type": "function",
-        "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}},
-    }
-]
-
-
-def _call(cid: str) -> dict[str, Any]:
-    return {"id": cid, "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
-
-
-def _calls(*ids: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": None, "tool_calls": [_call(c) for c in ids]}
-
-
-def _result(cid: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": cid, "content": "18C"}
-
-
-def recipe_chat_error(messages: list[dict[str, Any]], **extra: Any) -> str | None:
-    """DeepSeek's Chat Completions converter on ``messages``: its 400 body, or None if it takes
-    them."""
-    body = {"model": "DeepSeek-V4-Pro", "messages": copy.deepcopy(messages), "tools": TOOLS, **extra}
-    try:
-        recipe.ChatCompletionRequest(body).convert(recipe.ConversionOptions(default_thinking_mode=False))
-    except recipe.ConversionError as e:
-        assert e.status_code == 400
-        return e.body
-    return None
-
-
-def recipe_messages_error(messages: list[dict[str, Any]]) -> str | None:
-    """DeepSeek's Messages converter on ``messages``: its 400 body, or None if it takes them."""
-    body = {"model": "DeepSeek-V4-Pro", "max_tokens": 50, "messages": copy.deepcopy(messages)}
-    try:
-        recipe.MessagesRequest(body).convert(recipe.ConversionOptions(default_thinking_mode=False))
-    except recipe.ConversionError as e:
-        assert e.status_code == 400
-        return e.body
-    return None
 
 
 @pytest.fixture
 def client(tok: PreTrainedTokenizerFast) -> tuple[TestClient, PromptTM]:
-    tm = PromptTM(tok, "ok")
-    sa = SimpleNamespace(
-        served_model_name=MODEL,
-        model_path=None,
-        api_key=None,
-        enable_cache_report=False,
-        allow_auto_truncate=False,
-    )
-    app = FastAPI()
-    router = create_openai_router(tm, sa)
-    app.include_router(router)
-    app.include_router(create_anthropic_router(router.serving))
-    return TestClient(app), tm
-
-
-def _chat(tc: TestClient, messages: list[dict[str, Any]], **extra: Any) -> Any:
-    return tc.post(
-        "/v1/chat/completions", json={"model": MODEL, "messages": messages, "tools": TOOLS, **extra}
-    )
+    return make_route_client(tok)
 
 
 UNANSWERED = {
@@ -190,14 +131,6 @@ def test_openai_client_raises_bad_request(client: tuple[TestClient, PromptTM]) -
     with pytest.raises(openai.BadRequestError) as info:
         oc.chat.completions.create(model=MODEL, messages=[U, _calls("call_1"), U], tools=TOOLS)
     assert OPENAI_UNANSWERED + "call_1" in str(info.value)
-
-
-def _tool_use(cid: str) -> dict[str, Any]:
-    return {"type": "tool_use", "id": cid, "name": "get_weather", "input": {}}
-
-
-def _tool_result(cid: str) -> dict[str, Any]:
-    return {"type": "tool_result", "tool_use_id": cid, "content": "18C"}
 
 
 AU = {"role": "user", "content": "Weather in Paris?"}

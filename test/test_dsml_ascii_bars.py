@@ -100,7 +100,7 @@ SHAPES: list[tuple[str, str, bool, str, str, list[tuple[str, Any]], bool]] = [
         + "\nBye.",
         False,
         "",
-        "Sure.Bye.",
+        "Sure.\nBye.",
         [],
         True,
     ),

@@ -64,7 +64,7 @@ GOOD = [
     # invokes is a block
     (
         f"On it.\n\n<{D}toolcalls>\n" + invoke("noop") + f"\n</{D}toolcalls>\nDone.",
-        "On it.Done.",
+        "On it.\nDone.",
         [("noop", {})],
     ),
     # bare blocks: invokes without the <tool_calls> wrapper (sgl-project/sglang#40236,

@@ -311,9 +311,14 @@ def test_vllm_17421_special_tokens_among_top_logprobs(plain_fake_server: ServerH
 def test_vllm_53071_unknown_chat_role_is_a_400(plain_fake_server: ServerHandle) -> None:
     """vllm-project/vllm#53071: a message with an unknown role (``"SYSTEM"``, upper case) reached
     the DeepSeek-V4 encoder, which raised ``NotImplementedError``, answered 501. Expected: an
-    invalid client request, a 400 ``BadRequestError`` naming the role, streamed or not; roles are
-    case-sensitive, as in OpenAI's API; the server keeps serving."""
-    for role in ("SYSTEM", "Assistant", "bot"):
+    unknown role is an invalid client request, a 400 ``BadRequestError`` naming the role, streamed
+    or not, and the server keeps serving. A known role in another case (``"SYSTEM"``,
+    ``"Assistant"``) is read as that role on the chat route, as SGLang 0.5.23 reads it
+    (sgl-project/sglang#7499; ``test_public_bugs_chat_twentyfourth.py`` checks the prompt): a 200."""
+    for role in ("SYSTEM", "Assistant"):
+        msgs = [{"role": role, "content": "Be brief."}, *HI]
+        _ok(plain_fake_server, CHAT, {"model": FAKE_MODEL, "messages": msgs, "max_tokens": 2})
+    for role in ("bot", "narrator"):
         for stream in (False, True):
             msgs = [{"role": role, "content": "Be brief."}, *HI]
             r = post(plain_fake_server, CHAT, {"model": FAKE_MODEL, "messages": msgs, "stream": stream})

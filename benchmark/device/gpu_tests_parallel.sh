@@ -7,7 +7,11 @@
 # Output: $OUT/gpu_shards.log (every shard's log, in order) and $OUT/gpu_tests_summary.txt (a shard cut at the cap names
 # the test it was running; a test past GPU_TEST_HANG_S, default 180 s, dumps its stacks into the log). The cap per shard is
 # GPU_TESTS_S (default: the call's budget left minus 20 s); pytest gets SIGINT at the cap, so it still
-# prints its failures and counts.
+# prints its failures and counts. The shards share the card's memory and none is capped, so a
+# memory-heavy test can fail with a CUDA out-of-memory only because other shards hold the card: the
+# tests that failed are run again, one process on the otherwise idle card, while at least
+# RERUN_MIN_S (default 60) s of the budget are left (RERUN_FAILED=0 turns it off). The summary
+# keeps both tallies: the parallel pass's, then the serial rerun's.
 set -u
 BUDGET_S=${BUDGET_S:-560}
 source benchmark/device/common.sh
@@ -43,6 +47,16 @@ for k in $(seq 0 $(( shards - 1 ))); do
   echo "shard $k: $tally"
 done | tee "${OUT:-/tmp}/gpu_tests_summary.txt"
 grep -h -E "^(FAILED|ERROR)" $(set +f; echo "${OUT:-/tmp}"/gpu_shard_*.log) | sort | uniq | head -40 | tee -a "${OUT:-/tmp}/gpu_tests_summary.txt"
+failed=/tmp/gpu_test_failed.txt
+grep -h -E "^(FAILED|ERROR) " $(set +f; echo "${OUT:-/tmp}"/gpu_shard_*.log) | sed -E 's/^(FAILED|ERROR) //; s/ - .*//' | sort -u > "$failed"
+if [ "${RERUN_FAILED:-1}" != 0 ] && [ -s "$failed" ] && (( $(left) > ${RERUN_MIN_S:-60} )); then
+  echo "[$(el)s] serial rerun of $(wc -l < "$failed") failed tests, one process, the card otherwise idle" | tee -a "${OUT:-/tmp}/gpu_tests_summary.txt"
+  # shellcheck disable=SC2046
+  timeout -s INT -k 20 $(( $(left) - 15 )) python3 -m pytest -q -m gpu -rfEs -p no:cacheprovider \
+    $(cat "$failed") > "${OUT:-/tmp}/gpu_rerun.log" 2>&1
+  echo "serial rerun: $(grep -E '^(=+ )?[0-9]+ (passed|failed|error|skipped)|no tests ran' "${OUT:-/tmp}/gpu_rerun.log" | tail -1)" | tee -a "${OUT:-/tmp}/gpu_tests_summary.txt"
+  grep -E "^(FAILED|ERROR)" "${OUT:-/tmp}/gpu_rerun.log" | head -40 | tee -a "${OUT:-/tmp}/gpu_tests_summary.txt"
+fi
 # one file back instead of SHARDS (a call returns at most 8 files)
 for k in $(seq 0 $(( shards - 1 ))); do
   echo "==== shard $k"; cat "${OUT:-/tmp}/gpu_shard_$k.log"; echo; rm -f "${OUT:-/tmp}/gpu_shard_$k.log"

@@ -109,7 +109,13 @@ class FastTokenizer:
     ``test_tokenizer_files_variants.py`` check it against ``transformers.AutoTokenizer`` on the same files.
 
     Raises:
-        ValueError: a tokenizer file is not a JSON object (names the file).
+        ValueError: a tokenizer file is not a JSON object (names the file); a named special token
+            (``eos_token``, ``bos_token``, ...) that is neither a string nor an ``AddedToken``
+            object with a string ``content`` (a list, a number, ``true``), or an
+            ``extra_special_tokens`` / ``additional_special_tokens`` that is not a list (or an
+            object) of such tokens, which transformers refuses too (``TypeError``): read as no
+            token, it would silently drop the tokenizer's EOS from the stop ids, or a special
+            token from the ones ``decode`` skips (names the key).
     """
 
     def __init__(self, path: str) -> None:
@@ -118,13 +124,24 @@ class FastTokenizer:
         self.name_or_path = path
         self._tok = tokenizers.Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
         cfg = load_tokenizer_config(path)
+        for key in SPECIAL_TOKEN_KEYS:
+            value = cfg.get(key)
+            if value is not None and _added_token(value) is None:
+                raise ValueError(
+                    f"{path}: {TOKENIZER_CONFIG_FILE} / {SPECIAL_TOKENS_MAP_FILE}: {key} must be a string or an "
+                    f'AddedToken object ({{"content": "..."}}), got {type(value).__name__} {value!r}'
+                )
         named = {k: _added_token(cfg.get(k)) for k in SPECIAL_TOKEN_KEYS}
         extra_cfg = cfg.get("extra_special_tokens") or []
         if isinstance(extra_cfg, dict):  # model-specific named tokens ({"image_token": ...})
             extra_cfg = list(extra_cfg.values())
-        extra = [
-            t for t in map(_added_token, extra_cfg if isinstance(extra_cfg, list) else []) if t is not None
-        ]
+        if not isinstance(extra_cfg, list) or any(_added_token(t) is None for t in extra_cfg):
+            raise ValueError(
+                f"{path}: {TOKENIZER_CONFIG_FILE} / {SPECIAL_TOKENS_MAP_FILE}: extra_special_tokens "
+                f"(additional_special_tokens) must be a list of strings or AddedToken objects, or an "
+                f"object of named ones, got {cfg.get('extra_special_tokens')!r}"
+            )
+        extra = [_added_token(t) for t in extra_cfg]
         decoder = cfg.get("added_tokens_decoder")
         self._add_missing_tokens(named, extra, decoder if isinstance(decoder, dict) else {})
         contents = {k: _token_content(v) for k, v in named.items()}

@@ -185,6 +185,9 @@ class ServerArgs(SGLangCompatArgs):  # type: ignore[misc, valid-type]
     cuda_graph_warmup_ctx: int = 4096
     # Observability.
     enable_metrics: bool = False
+    #: SGLang's ``--enable-request-time-stats-logging``: one ``ReqTimeStats(...)`` log line per
+    #: finished request with its stage durations (``sglang_v4.managers.req_time_stats``).
+    enable_request_time_stats_logging: bool = False
     enable_cache_report: bool = False
     #: Directory of the uploaded and batch-result files (``/v1/files``, ``/v1/batches``); None: a
     #: temporary directory per server, removed when it stops.

@@ -299,6 +299,11 @@ def add_server_cli_args(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="Serve Prometheus metrics (sglang:*) at GET /metrics.",
     )
+    a(
+        "--enable-request-time-stats-logging",
+        action="store_true",
+        help="Log one line per finished request with the duration of each stage (ms).",
+    )
     for name, what in (
         ("time-to-first-token", "sglang:time_to_first_token_seconds"),
         ("inter-token-latency", "sglang:inter_token_latency_seconds"),

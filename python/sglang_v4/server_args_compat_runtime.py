@@ -266,7 +266,6 @@ RUNTIME_FLAGS: tuple[SGLangFlag, ...] = (
     SGLangFlag("--enable-paged-experts", IGNORED, OFFLOAD, switch=True),
     SGLangFlag("--paged-experts-num-resident", IGNORED, OFFLOAD, type=int),
     SGLangFlag("--show-time-cost", IGNORED, OBS, switch=True),
-    SGLangFlag("--enable-request-time-stats-logging", IGNORED, OBS, switch=True),
     SGLangFlag("--enable-trace", IGNORED, OBS, switch=True),
     SGLangFlag("--otlp-traces-endpoint", IGNORED, OBS, default="localhost:4317"),
     SGLangFlag("--export-metrics-to-file", IGNORED, OBS, switch=True),

@@ -13,6 +13,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from sglang_v4.managers.req_time_stats import STAGE_NAMES
+
 #: Default histogram bucket bounds in seconds (SGLang's defaults for the same histograms).
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
 ITL_BUCKETS = (
@@ -28,6 +30,14 @@ TOKEN_LEN_BUCKETS = (
     15000, 17500, 20000, 22500, 25000, 27500, 30000, 35000, 40000, 60000, 80000, 100000, 200000,
     300000, 400000, 600000, 800000, 1000000, 1100000,
 )  # fmt: skip
+#: Bucket bounds in seconds of ``sglang:queue_time_seconds`` (SGLang's).
+QUEUE_TIME_BUCKETS = (
+    0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80,
+    90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000,
+)  # fmt: skip
+#: Bucket bounds in seconds of ``sglang:per_stage_req_latency_seconds``: SGLang's exponential
+#: series, 1 ms times 1.62**i for i in 0..29 (1 ms to about 20 minutes).
+PER_STAGE_BUCKETS = tuple(0.001 * 1.62**i for i in range(30))
 #: Longest wait, in seconds, of a ``/metrics`` scrape for the scheduler's gauges.
 GAUGE_REFRESH_TIMEOUT_S = 2.0
 #: The header in which Prometheus sends its scrape timeout (seconds) with each scrape.
@@ -101,7 +111,10 @@ class TokenizerMetrics:
     of ``dt / n`` and ``dt`` to the sum, as SGLang), ``request_time_per_output_token_seconds``
     (label ``is_streaming``) and its older unlabelled name ``time_per_output_token_seconds`` (per
     request that stopped or hit its length: (end - first token) / (completion tokens - 1)),
-    ``e2e_request_latency_seconds`` (label ``is_streaming``); tokens -- ``prompt_tokens_histogram``,
+    ``e2e_request_latency_seconds`` (label ``is_streaming``), ``queue_time_seconds`` (scheduler
+    receive to admission into a batch, one per admitted request) and
+    ``per_stage_req_latency_seconds`` (label ``stage``: each stage of
+    :data:`~sglang_v4.managers.req_time_stats.STAGES` a finished request went through); tokens -- ``prompt_tokens_histogram``,
     ``uncached_prompt_tokens_histogram`` (prompt minus cached), ``generation_tokens_histogram``.
     Every request with ``log_metrics`` set (the default) is counted. Every counter and histogram
     series is exposed from the start, at 0 (:meth:`_init_series`).
@@ -184,6 +197,20 @@ class TokenizerMetrics:
             buckets=e2e,
             registry=reg,
         )
+        self.queue_time = Histogram(
+            "sglang:queue_time_seconds",
+            "Histogram of queueing time in seconds.",
+            lab,
+            buckets=QUEUE_TIME_BUCKETS,
+            registry=reg,
+        )
+        self.per_stage = Histogram(
+            "sglang:per_stage_req_latency_seconds",
+            "The latency of each stage of requests.",
+            [*lab, "stage"],
+            buckets=PER_STAGE_BUCKETS,
+            registry=reg,
+        )
         self.prompt_tokens_histogram = Histogram(
             "sglang:prompt_tokens_histogram",
             "Histogram of prompt token length.",
@@ -241,6 +268,7 @@ class TokenizerMetrics:
         for metric in (
             self.itl,
             self.tpot,
+            self.queue_time,
             self.prompt_tokens_histogram,
             self.uncached_prompt_tokens_histogram,
             self.generation_tokens_histogram,
@@ -250,6 +278,8 @@ class TokenizerMetrics:
         ):
             metric.labels(**self.labels)
         self.cached_tokens.labels(**self.labels, cache_source="device")
+        for stage in STAGE_NAMES:
+            self.per_stage.labels(**self.labels, stage=stage)
         for streaming in (False, True):
             for metric in (
                 self.ttft,
@@ -314,6 +344,20 @@ class TokenizerMetrics:
             tpot = decode_s / (completion_tokens - 1)
             self.tpot.labels(**lab).observe(tpot)
             self.request_tpot.labels(**slab).observe(tpot)
+
+    def observe_stages(self, durations: dict[str, float]) -> None:
+        """A finished request's stage durations in seconds
+        (:func:`~sglang_v4.managers.req_time_stats.stage_durations`): each stage of
+        :data:`~sglang_v4.managers.req_time_stats.STAGE_NAMES` it has into
+        ``per_stage_req_latency_seconds``, and ``prefill_waiting`` also into ``queue_time_seconds``
+        (SGLang's queue time: scheduler receive to the first admission)."""
+        for stage in STAGE_NAMES:
+            v = durations.get(stage)
+            if v is not None:
+                self.per_stage.labels(**self.labels, stage=stage).observe(v)
+        q = durations.get("prefill_waiting")
+        if q is not None:
+            self.queue_time.labels(**self.labels).observe(q)
 
     def update_gauges(self, values: dict[str, Any]) -> None:
         """Set the gauges from ``Scheduler.get_metrics()`` (missing or non-numeric keys are kept),

@@ -1,6 +1,6 @@
 """Tool-call ``arguments`` texts read as strict JSON (RFC 8259), as DeepSeek's own converter reads
 them: whole texts (:func:`loads_strict`) and beginnings of a JSON object
-(:func:`is_json_object_prefix`).
+(:func:`is_json_object_prefix`, or piece by piece :class:`JsonObjectPrefixReader`).
 
 Python's :mod:`json` is lenient where the grammar is not: it reads ``NaN``, ``Infinity`` and
 ``-Infinity`` as numbers, ``1e999`` as infinity, and ``\\ud800`` escapes as strings holding a lone surrogate (which no
@@ -25,7 +25,7 @@ import math
 import re
 from typing import Any
 
-__all__ = ["holds_non_json", "is_json_object_prefix", "loads_strict"]
+__all__ = ["JsonObjectPrefixReader", "holds_non_json", "is_json_object_prefix", "loads_strict"]
 
 _WS = " \t\n\r"
 _ESCAPES = '"\\/bfnrtu'
@@ -114,88 +114,123 @@ def is_json_object_prefix(text: str) -> bool:
     valid (``{"a": "x" "b"`` ``{"a": [1 2`` ``{"a": 01`` ``{"a": 1,}``). Runs in time linear in
     ``len(text)``, at any nesting depth.
     """
-    stack: list[str] = []  # "{" / "[" of the open containers
-    # what comes next: "start" (the first "{"), "value", "key" (a member's key string),
-    # "key_or_end" (after "{"), "value_or_end" (after "["), "colon", "comma_or_end", "done"
-    expect = "start"
-    string: str | None = None  # inside a string: "key" or "value"; else None
-    escape = -1  # inside a string: -1 none, 0 after "\\", 1..4 hex digits of \\u still due
-    number: str | None = None  # inside a number: its state (see _number_step)
-    literal = ""  # inside true/false/null: the letters still due
-    for ch in text:
-        if string is not None:
-            if escape == 0:
-                if ch not in _ESCAPES:
+    reader = JsonObjectPrefixReader()
+    return reader.feed(text) and reader.started
+
+
+class JsonObjectPrefixReader:
+    """:func:`is_json_object_prefix` read piece by piece: :meth:`feed` takes the next piece of the
+    text and says whether the text so far can still begin a JSON object, in time linear in the
+    piece (a streamed ``arguments`` text is checked fragment by fragment without re-reading it).
+
+    Once a piece makes the text invalid, the reader stays invalid (no continuation helps).
+    """
+
+    def __init__(self) -> None:
+        self.ok = True
+        self._stack: list[str] = []  # "{" / "[" of the open containers
+        # what comes next: "start" (the first "{"), "value", "key" (a member's key string),
+        # "key_or_end" (after "{"), "value_or_end" (after "["), "colon", "comma_or_end", "done"
+        self._expect = "start"
+        self._string: str | None = None  # inside a string: "key" or "value"; else None
+        self._escape = -1  # inside a string: -1 none, 0 after "\\", 1..4 hex digits of \\u due
+        self._number: str | None = None  # inside a number: its state (see _number_step)
+        self._literal = ""  # inside true/false/null: the letters still due
+
+    @property
+    def started(self) -> bool:
+        """Whether the object's ``{`` has been read (a blank text begins no object yet)."""
+        return self._expect != "start"
+
+    def feed(self, text: str) -> bool:
+        """Read ``text``, the next piece; whether the whole text read so far is still the
+        beginning of a JSON object (or blank: nothing but whitespace read yet)."""
+        if self.ok:
+            self.ok = self._read(text)
+        return self.ok
+
+    def _read(self, text: str) -> bool:
+        stack = self._stack
+        expect, string, escape = self._expect, self._string, self._escape
+        number, literal = self._number, self._literal
+        try:
+            for ch in text:
+                if string is not None:
+                    if escape == 0:
+                        if ch not in _ESCAPES:
+                            return False
+                        escape = 4 if ch == "u" else -1
+                    elif escape > 0:
+                        if ch not in _HEX:
+                            return False
+                        escape = escape - 1 if escape > 1 else -1
+                    elif ch == "\\":
+                        escape = 0
+                    elif ch == '"':
+                        expect, string = ("colon" if string == "key" else "comma_or_end"), None
+                    elif ch < " ":
+                        return False
+                    continue
+                if literal:
+                    if ch != literal[0]:
+                        return False
+                    literal = literal[1:]
+                    if not literal:
+                        expect = "comma_or_end"
+                    continue
+                if number is not None:
+                    step = _number_step(number, ch)
+                    if step is not None:
+                        number = step
+                        continue
+                    if number not in _NUM_COMPLETE:
+                        return False
+                    number, expect = None, "comma_or_end"  # ``ch`` is read again below
+                if ch in _WS:
+                    continue
+                if expect == "start":
+                    if ch != "{":
+                        return False
+                    stack.append("{")
+                    expect = "key_or_end"
+                elif expect in ("key", "key_or_end"):
+                    if ch == '"':
+                        string = "key"
+                    elif ch == "}" and expect == "key_or_end":
+                        expect = _close(stack)
+                    else:
+                        return False
+                elif expect == "colon":
+                    if ch != ":":
+                        return False
+                    expect = "value"
+                elif expect == "comma_or_end":
+                    if ch == ",":
+                        expect = "key" if stack[-1] == "{" else "value"
+                    elif ch == ("}" if stack[-1] == "{" else "]"):
+                        expect = _close(stack)
+                    else:
+                        return False
+                elif expect in ("value", "value_or_end"):
+                    if ch == "]" and expect == "value_or_end":
+                        expect = _close(stack)
+                    elif ch in "{[":
+                        stack.append(ch)
+                        expect = "key_or_end" if ch == "{" else "value_or_end"
+                    elif ch == '"':
+                        string = "value"
+                    elif ch in _LITERALS:
+                        literal = _LITERALS[ch][1:]
+                    elif ch == "-" or ch in _DIGITS:
+                        number = _number_step("minus", ch) if ch != "-" else "minus"
+                    else:
+                        return False
+                else:  # "done": only whitespace after the object
                     return False
-                escape = 4 if ch == "u" else -1
-            elif escape > 0:
-                if ch not in _HEX:
-                    return False
-                escape = escape - 1 if escape > 1 else -1
-            elif ch == "\\":
-                escape = 0
-            elif ch == '"':
-                expect, string = ("colon" if string == "key" else "comma_or_end"), None
-            elif ch < " ":
-                return False
-            continue
-        if literal:
-            if ch != literal[0]:
-                return False
-            literal = literal[1:]
-            if not literal:
-                expect = "comma_or_end"
-            continue
-        if number is not None:
-            step = _number_step(number, ch)
-            if step is not None:
-                number = step
-                continue
-            if number not in _NUM_COMPLETE:
-                return False
-            number, expect = None, "comma_or_end"  # ``ch`` is read again below, after the number
-        if ch in _WS:
-            continue
-        if expect == "start":
-            if ch != "{":
-                return False
-            stack.append("{")
-            expect = "key_or_end"
-        elif expect in ("key", "key_or_end"):
-            if ch == '"':
-                string = "key"
-            elif ch == "}" and expect == "key_or_end":
-                expect = _close(stack)
-            else:
-                return False
-        elif expect == "colon":
-            if ch != ":":
-                return False
-            expect = "value"
-        elif expect == "comma_or_end":
-            if ch == ",":
-                expect = "key" if stack[-1] == "{" else "value"
-            elif ch == ("}" if stack[-1] == "{" else "]"):
-                expect = _close(stack)
-            else:
-                return False
-        elif expect in ("value", "value_or_end"):
-            if ch == "]" and expect == "value_or_end":
-                expect = _close(stack)
-            elif ch in "{[":
-                stack.append(ch)
-                expect = "key_or_end" if ch == "{" else "value_or_end"
-            elif ch == '"':
-                string = "value"
-            elif ch in _LITERALS:
-                literal = _LITERALS[ch][1:]
-            elif ch == "-" or ch in _DIGITS:
-                number = _number_step("minus", ch) if ch != "-" else "minus"
-            else:
-                return False
-        else:  # "done": only whitespace after the object
-            return False
-    return expect != "start"
+            return True
+        finally:
+            self._expect, self._string, self._escape = expect, string, escape
+            self._number, self._literal = number, literal
 
 
 def _close(stack: list[str]) -> str:

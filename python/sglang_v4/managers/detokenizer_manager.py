@@ -44,6 +44,7 @@ from typing import Any
 import zmq
 
 from sglang_v4.managers.io_struct import BatchStrOut, BatchTokenIDOut, FinishReason
+from sglang_v4.managers.req_time_stats import wall_clock
 from sglang_v4.server_args import PortArgs, ServerArgs
 from sglang_v4.utils import (
     configure_logging,
@@ -290,7 +291,10 @@ class DetokenizerManager:
             s.trim()
             output_strs.append(out)
             final_strs.append(None)
-        return str_out_from_token_out(recv, output_strs, final_strs)
+        out = str_out_from_token_out(recv, output_strs, final_strs)
+        if recv.time_stats:  # the scheduler records stage stamps: add this process's
+            out.detokenizer_ts = wall_clock()
+        return out
 
 
 def str_out_from_token_out(
@@ -328,6 +332,7 @@ def str_out_from_token_out(
         output_token_ids_logprobs_val=lst(recv.output_token_ids_logprobs_val),
         input_token_ranks=lst(recv.input_token_ranks),
         retraction_counts=recv.retraction_counts if len(recv.retraction_counts) == n else [0] * n,
+        time_stats=recv.time_stats,
     )
 
 

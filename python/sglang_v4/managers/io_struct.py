@@ -20,49 +20,23 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from sglang_v4.managers.finish_reason import (  # noqa: F401 - re-exported
+    ABORT_IN_QUEUE,
+    ABORT_RUNNING,
+    FinishReason,
+    finish_abort,
+    finish_length,
+    finish_stop,
+)
+
 if TYPE_CHECKING:  # imported lazily to keep this module dependency-free
     from sglang_v4.managers.req import Req
     from sglang_v4.managers.schedule_batch import FixedColumns
     from sglang_v4.sampling.sampling_params import SamplingParams
 
-#: A finish reason as SGLang reports it in ``meta_info["finish_reason"]``:
-#: ``{"type": "stop", "matched": <str | int | None>}`` (stop string, stop token / EOS),
-#: ``{"type": "length", "length": <int>}`` (max_new_tokens or context limit) or
-#: ``{"type": "abort", "message": <str>, "status_code": <int | None>, "err_type": <str | None>}``.
-#: ``None`` while unfinished.
-FinishReason = dict[str, Any]
-
-
 #: The rid prefix of ``/health_generate``'s probe request (SGLang's). The scheduler tells a probe by
 #: its ``health_check`` flag, not by this prefix: a client's rid may start with it too.
 HEALTH_CHECK_RID_PREFIX = "HEALTH_CHECK"
-
-
-def finish_stop(matched: str | int | None) -> FinishReason:
-    """Finish reason for a matched stop string / stop token id / EOS (SGLang ``FINISH_MATCHED_*``)."""
-    return {"type": "stop", "matched": matched}
-
-
-def finish_length(length: int) -> FinishReason:
-    """Finish reason for hitting ``max_new_tokens`` (``length`` = tokens generated)."""
-    return {"type": "length", "length": length}
-
-
-#: SGLang's abort messages (``srt/managers/schedule_batch.py`` ``FINISH_ABORT``'s default, the
-#: tokenizer manager's for a request aborted while queued): RL clients match them to resend the
-#: requests a weight update or ``/pause_generation`` aborted.
-ABORT_RUNNING = "Aborted"
-ABORT_IN_QUEUE = "Abort in waiting queue"
-
-
-def finish_abort(message: str = ABORT_RUNNING, status_code: int | None = None) -> FinishReason:
-    """Finish reason for an aborted / rejected request, SGLang's ``FINISH_ABORT.to_json()`` shape:
-    ``{"type": "abort", "message", "status_code", "err_type"}``, every key present.
-    ``status_code`` (None for an abort asked for, by ``/abort_request`` or a closed stream) is the
-    HTTP status of a rejection (400: bad input, 503: no room); ``err_type`` is
-    ``"InternalServerError"`` for a 500 (the request failed in the engine), else None."""
-    err_type = "InternalServerError" if status_code == 500 else None
-    return {"type": "abort", "message": message, "status_code": status_code, "err_type": err_type}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -425,6 +399,9 @@ class BatchTokenIDOut:
     input_token_ranks: list[list[int | None]] = field(default_factory=list)
     #: Per-request retraction counts (optional, SGLang ``num_retractions``).
     retraction_counts: list[int] = field(default_factory=list)
+    #: Per request its stage stamps (:class:`~sglang_v4.managers.req_time_stats.SchedulerTimeStats`,
+    #: ``None`` once sent) while the scheduler records them; ``[]`` / ``None`` otherwise.
+    time_stats: list[Any] | None = field(default_factory=list)
 
     @classmethod
     def empty(cls) -> BatchTokenIDOut:
@@ -595,3 +572,7 @@ class BatchStrOut:
     input_token_ids_logprobs_val: list[list[list[float] | None]] = field(default_factory=list)
     output_token_ids_logprobs_val: list[list[list[float] | None]] = field(default_factory=list)
     input_token_ranks: list[list[int | None]] = field(default_factory=list)
+    #: ``BatchTokenIDOut.time_stats`` copied, and the wall-clock second the detokenizer sent this
+    #: message (0.0: not stamped; only stamped when ``time_stats`` is filled).
+    time_stats: list[Any] | None = field(default_factory=list)
+    detokenizer_ts: float = 0.0

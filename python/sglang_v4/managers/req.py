@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # torch is imported where a tensor is made: the HTTP process 
     import torch
 
     from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
+    from sglang_v4.managers.req_time_stats import ReqTimeStats
 
 #: One position's logprob entry: ``(logprob, token_id, top_values, top_token_ids, token_ids_values,
 #: rank)``; the logprob is ``None`` for the first prompt token, the top lists ``None`` without
@@ -110,6 +111,9 @@ class Req:
     thinking_budget: ThinkingBudgetState | None = None
     num_retractions: int = 0
     num_oom_errors: int = 0
+    #: Stage stamps (:mod:`sglang_v4.managers.req_time_stats`); ``None`` unless the server records
+    #: them (``--enable-metrics`` or ``--enable-request-time-stats-logging``).
+    time_stats: ReqTimeStats | None = None
     sent_output_len: int = 0
     input_logprobs_done: bool = False
     pending_input_logprobs: list[LogprobEntry] = field(default_factory=list)

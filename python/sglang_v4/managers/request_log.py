@@ -9,6 +9,8 @@ the level, with SGLang's meanings (its ``--help``):
 * ``1``: level 0 and the request's ``sampling_params``;
 * ``2`` (SGLang's default): level 1 and the input and output, text and token ids, each cut to its
   first :data:`PARTIAL_LIMIT` characters / ids (a ``"...(N more)"`` note says how many were cut);
+  the sampling parameters are cut the same way at any depth (a long ``json_schema``, each string
+  of a long ``stop`` list), so no line outgrows the bound (SGLang's level-2 ``max_length``);
 * ``3``: level 1 and the whole input and output.
 
 ``text`` format: ``Receive: rid=... key=value ...`` / ``Finish: rid=... ...`` (values as
@@ -28,13 +30,28 @@ PARTIAL_LIMIT = 2048
 
 
 def _cut(value: Any, level: int) -> Any:
-    """``value`` (a string or a list of ids) as level ``level`` logs it."""
+    """``value`` as level ``level`` logs it: below 3, every string longer than
+    :data:`PARTIAL_LIMIT` characters and every list, tuple or dict longer than
+    :data:`PARTIAL_LIMIT` items is cut to that many, with a ``"...(N more)"`` note, at any depth
+    (a long list's kept items, a dict's values: the bound holds for nested payloads too, such as a
+    ``json_schema`` or a ``stop`` list in the sampling parameters)."""
     if level >= 3 or value is None:
         return value
-    if isinstance(value, str) and len(value) > PARTIAL_LIMIT:
-        return value[:PARTIAL_LIMIT] + f"...({len(value) - PARTIAL_LIMIT} more)"
-    if isinstance(value, list) and len(value) > PARTIAL_LIMIT:
-        return [*value[:PARTIAL_LIMIT], f"...({len(value) - PARTIAL_LIMIT} more)"]
+    if isinstance(value, str):
+        if len(value) > PARTIAL_LIMIT:
+            return value[:PARTIAL_LIMIT] + f"...({len(value) - PARTIAL_LIMIT} more)"
+        return value
+    if isinstance(value, (list, tuple)):
+        kept = [_cut(v, level) for v in value[:PARTIAL_LIMIT]]
+        if len(value) > PARTIAL_LIMIT:
+            kept.append(f"...({len(value) - PARTIAL_LIMIT} more)")
+        return kept
+    if isinstance(value, dict):
+        items = list(value.items())
+        out = {k: _cut(v, level) for k, v in items[:PARTIAL_LIMIT]}
+        if len(items) > PARTIAL_LIMIT:
+            out["..."] = f"({len(items) - PARTIAL_LIMIT} more)"
+        return out
     return value
 
 
@@ -48,9 +65,11 @@ def _add_detail(
     ids: list[int],
 ) -> None:
     """Add what level ``level`` logs beyond the metadata (module docstring): from 1 the sampling
-    parameters, from 2 ``text`` (if any) and ``ids`` (cut at level 2, :func:`_cut`)."""
+    parameters (cut at level 2), from 2 ``text`` (if any) and ``ids`` (cut at level 2,
+    :func:`_cut`)."""
     if level >= 1:
-        fields["sampling_params"] = sampling_params or {}
+        # level 1 logs them whole (SGLang's level 1 does not truncate); level 2 cuts them too
+        fields["sampling_params"] = _cut(sampling_params or {}, level if level >= 2 else 3)
     if level >= 2:
         if text is not None:
             fields[text_key] = _cut(text, level)

@@ -121,6 +121,13 @@ class ScheduleBatch:
         result_handle: the launched batch's pending result (:class:`ModelWorkerBatch` answer).
         discarded: ``id()`` of requests whose results in this batch are void (the batch they
             depended on failed).
+
+    Per batch:
+        admitted_hit_tokens: prefix-cache hit tokens (``cached_tokens``) of the requests first
+            admitted in this batch (SGLang's ``batch.prefill_stats.log_hit_tokens``).
+        admitted_prompt_tokens: the prompt tokens of those requests; the batch's cache hit rate
+            is ``admitted_hit_tokens / admitted_prompt_tokens``, reported when its result is
+            processed, so that a batch scheduled meanwhile (overlap) is not counted in it.
     """
 
     reqs: list[Req] = field(default_factory=list)
@@ -133,6 +140,8 @@ class ScheduleBatch:
     future_slots: list[int] = field(default_factory=list)
     result_handle: Any = None
     discarded: set[int] = field(default_factory=set)
+    admitted_hit_tokens: int = 0
+    admitted_prompt_tokens: int = 0
     _members: set[int] = field(default_factory=set, repr=False)  # ids of reqs[:_members_upto]
     _members_upto: int = field(default=0, repr=False)
 

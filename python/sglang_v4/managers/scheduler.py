@@ -38,7 +38,11 @@ Pages come from the :class:`~sglang_v4.mem_cache.cache_manager.CacheManager` (pr
 admission, pages before each forward with eviction, caching after it, release at the end). When
 it cannot find pages even after eviction, a new prefill waits and a decoding request is
 *retracted*: its pages are returned and it goes back to the front of the queue with its outputs
-kept (it re-computes them later; never a crash, never lost output). A device out-of-memory error
+kept (it re-computes them later; never a crash, never lost output). While other requests run,
+a queued request (a retracted one too) is admitted only when the block pages of its whole
+sequence, and of its first decoded token, can be had (free or evictable), not just those of its
+first chunk: else it would run out of pages a step or a chunk later and be retracted and readmitted
+over and over while the others run. A device out-of-memory error
 inside a forward retracts that batch's requests (failing one that hits it twice) and halves the
 step's prefill budget (or the running-request cap, for a decode step); serving goes on.
 
@@ -73,6 +77,7 @@ from sglang_v4.managers.io_struct import (
 from sglang_v4.managers.prefix_sharing import InflightPrefixIndex, prompt_still_prefilling
 from sglang_v4.managers.reasoning_tokens import reasoning_marker_ids
 from sglang_v4.managers.req import Req
+from sglang_v4.managers.req_time_stats import stamp_launched, stamp_result_ready, wall_clock
 from sglang_v4.managers.schedule_batch import FixedColumns, ScheduleBatch
 from sglang_v4.managers.schedule_policy import (
     CACHE_AWARE_MAX_QUEUE,
@@ -262,19 +267,22 @@ class Scheduler(
         self._pending_ids: set[int] = set()
         self.health_checks: list[Req] = []  # held /health_generate probes (output processor)
         self.stream_interval = sa.stream_interval
+        #: Stamp each request's stages (:mod:`sglang_v4.managers.req_time_stats`) and send them
+        #: with its outputs: ``--enable-metrics`` or ``--enable-request-time-stats-logging``.
+        self.record_time_stats = bool(sa.enable_metrics or sa.enable_request_time_stats_logging)
         # stats
         self.num_retractions = 0
         self.num_oom_errors = 0
         self.forward_ct = 0
         self._tp_at: tuple[float, float] | None = None  # (time, forward seconds) of the last batch
         self._tp_window: deque[tuple[float, int]] = deque(maxlen=64)
-        # prefix-cache (hit, prompt) token totals at the last prefill batch; the hit rate since
-        self._hit_seen: tuple[int, int] = (0, 0)
+        # the cache hit rate of the last processed batch that admitted requests
         self.recent_cache_hit_rate = 0.0
         self._poisoned: set[int] = set()
         self._prefilling: list[Req] = []  # running requests mid-prefill, found by _add_decode_reqs
         #: the queued request whose admission failed for KV pages last step (priority preemption)
         self._admission_blocked: Req | None = None
+        self._refused_whole: tuple[str, int, int, int] | None = None  # _refusal_key of a refusal
         # fixed per-request columns of the last decode batch and of the last message
         self._sampling_columns = FixedColumns()
         self._output_columns = FixedColumns()
@@ -325,12 +333,16 @@ class Scheduler(
         wb = batch.launch(self.cache_manager.take_req_state_ops(), slots, self._sampling_columns)
         batch.result_handle = self.worker_client.submit(wb)
         self.forward_ct += 1
+        if self.record_time_stats:
+            stamp_launched(batch.reqs)
 
     def _resolve(self, batch: ScheduleBatch) -> None:
         """Wait for ``batch``'s result and process it."""
         result = batch.result_handle.result()
         batch.result_handle = None
         result.wait()
+        if self.record_time_stats:
+            stamp_result_ready(batch.reqs)
         self.process_batch_result(batch, result)
         if self.health_checks and result.error is None:
             self._answer_health_checks()
@@ -428,8 +440,9 @@ class Scheduler(
     def _add_prefill_reqs(self, batch: ScheduleBatch) -> None:
         """Prompt chunks within the step's prefill budget (module docstring): running requests in
         the middle of a chunked prefill first, then new ones admitted from the queue (in policy
-        order) while slots, pages and ``max_running_requests`` allow. A queued request whose last
-        token is still being sampled (retracted while its batch ran) waits for it."""
+        order) while slots, pages and ``max_running_requests`` allow (with others running, only
+        when the pages of its whole sequence can be had: :meth:`_fits_whole`). A queued request
+        whose last token is still being sampled (retracted while its batch ran) waits for it."""
         chunk = self.chunked_prefill_size
         budget = min(chunk, self.max_prefill_tokens) if len(batch) else max(chunk, self.max_prefill_tokens)
         prefilling, self._prefilling = self._prefilling, []  # from _add_decode_reqs
@@ -450,6 +463,9 @@ class Scheduler(
         inflight = None if self.tree_cache.disable else InflightPrefixIndex(self.running)
         ps = self.page_size
         deferred: list[Req] = []
+        # block pages the running requests (and those admitted below) still need for their whole
+        # sequence: what a queued request's whole sequence must leave them (_fits_whole)
+        reserved = sum(self._outstanding_pages(r) for r in self.running)
         while self.waiting and budget > 0 and len(self.running) < self.max_running_requests:
             req = self.waiting[0]
             if req.num_future:
@@ -457,23 +473,66 @@ class Scheduler(
             if inflight and inflight.holds(req, ps):
                 deferred.append(self.waiting.popleft())
                 continue
+            if self.running and self._refused_whole == self._refusal_key(req):
+                self._admission_blocked = req  # refused before and nothing has changed since
+                break
             if not self.cache_manager.match_prefix(req):
                 self._admission_blocked = req
                 break
             end = req.num_computed + min(req.remaining, chunk, budget)
+            if not self._fits_whole(req, reserved):
+                self.cache_manager.release_req(req)
+                self._refused_whole = self._refusal_key(req)
+                self._admission_blocked = req
+                break
             if not self.cache_manager.alloc_for_extend(req, end):
                 self.cache_manager.release_req(req)
                 self._admission_blocked = req
                 break
+            self._refused_whole = None
+            reserved += self._outstanding_pages(req)
             if req.num_retractions == 0:
                 self.cache_manager.record_hit(req)
+                batch.admitted_hit_tokens += req.cached_tokens
+                batch.admitted_prompt_tokens += len(req.origin_input_ids)
             self.waiting.popleft()
             self.running.append(req)
+            ts = req.time_stats
+            if ts is not None and ts.forward_entry == 0.0:  # its first admission
+                ts.forward_entry = wall_clock()
+                ts.prefix_len = req.cached_tokens
             budget -= end - req.num_computed
             batch.add(req, end)
             if inflight is not None and prompt_still_prefilling(req):
                 inflight.add(req)
         self.waiting.extendleft(reversed(deferred))
+
+    def _fits_whole(self, req: Req, reserved: int) -> bool:
+        """Whether a queued request (its prefix matched) may be admitted while others run: the
+        block pages for its whole sequence, and for its first decoded token when it will decode,
+        can be had now beside the ``reserved`` pages the running requests still need for theirs
+        (:meth:`_outstanding_pages`; SGLang's prefill admission counts the whole prompt and the
+        running requests' remaining tokens, not the chunk). A request admitted for its first
+        chunk only, or against pages another request is about to take, runs out of pages before
+        its first decode step and is retracted, readmitted and retracted again while the others
+        run, recomputing its chunk each time (vLLM's preemption thrash). Alone, a request is
+        always admitted (its pages then come from eviction, or it can never fit)."""
+        if not self.running:
+            return True
+        end = req.seq_len + (req.num_outputs + 1 < req.max_new_tokens)
+        return self.cache_manager.can_hold(req, end, reserved)
+
+    def _outstanding_pages(self, req: Req) -> int:
+        """Block pages ``req`` lacks for its whole sequence (and its next token if it decodes)."""
+        end = req.seq_len + (req.num_outputs + 1 < req.max_new_tokens)
+        return max(0, -(-end // self.page_size) - len(req.block_pages))
+
+    def _refusal_key(self, req: Req) -> tuple[str, int, int, int]:
+        """What a :meth:`_fits_whole` refusal of ``req`` depends on (its rid, the free and evictable
+        block pages, the number running): while unchanged, the head is not matched again (a long
+        prompt would redo its O(prompt) prefix match every step)."""
+        available, evictable, _ = self.cache_manager.kv_block_counts()
+        return (req.rid, available, evictable, len(self.running))
 
     def _sort_waiting(self) -> None:
         """Order the queue by ``--schedule-policy`` (:mod:`sglang_v4.managers.schedule_policy`),

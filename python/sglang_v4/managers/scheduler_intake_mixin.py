@@ -18,6 +18,7 @@ from sglang_v4.managers.io_struct import (
 )
 from sglang_v4.managers.prefix_sharing import prompt_block_hashes
 from sglang_v4.managers.req import Req
+from sglang_v4.managers.req_time_stats import ReqTimeStats, wall_clock
 from sglang_v4.managers.schedule_policy import PRIORITY_DISABLED_MSG, request_priority
 from sglang_v4.sampling.seeded_generator import seeded_generator
 from sglang_v4.sampling.stop_checker import stop_text_start
@@ -58,6 +59,8 @@ class SchedulerIntakeMixin:
         """Queue a tokenized request. One that fails the limits (it should have been rejected by
         the tokenizer manager) or whose grammar does not compile is finished with a 400 abort."""
         req = Req.from_tokenized(recv)
+        if self.record_time_stats:
+            req.time_stats = ReqTimeStats(scheduler_recv=wall_clock())
         sa = self.server_args
         req.priority = request_priority(
             recv.priority,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sglang_v4.managers.io_struct import (
     BatchTokenIDOut,
@@ -32,6 +32,7 @@ from sglang_v4.managers.io_struct import (
 )
 from sglang_v4.managers.model_worker_batch import GenerationBatchResult
 from sglang_v4.managers.req import Req
+from sglang_v4.managers.req_time_stats import stamp_first_tokens
 from sglang_v4.managers.schedule_batch import ScheduleBatch
 from sglang_v4.sampling.stop_checker import check_stop
 from sglang_v4.sampling.token_masks import banned_next_tokens
@@ -348,7 +349,12 @@ class SchedulerOutputProcessorMixin:
         """The message for every request with news since the last call (``None`` if none)."""
         reqs, self.pending_outputs = self.pending_outputs, []
         self._pending_ids.clear()
-        return BatchTokenIDOut.from_reqs(reqs, self._output_columns) if reqs else None
+        if not reqs:
+            return None
+        out = BatchTokenIDOut.from_reqs(reqs, self._output_columns)
+        if self.record_time_stats:
+            out.time_stats = stamp_first_tokens(reqs)
+        return out
 
     @property
     def last_gen_throughput(self: Scheduler) -> float:
@@ -362,26 +368,21 @@ class SchedulerOutputProcessorMixin:
         span = max(1e-3, now - recent[0][0]) if len(recent) > 1 else max(1e-3, dt)
         return sum(x[1] for x in recent) / span
 
-    def _note_prefill_hits(self: Scheduler, hit_tokens: int, prompt_tokens: int) -> None:
-        """A prefill batch was processed; the prefix cache's cumulative ``hit_tokens`` /
-        ``prompt_tokens`` are now as given. ``recent_cache_hit_rate`` becomes the hit rate of the
-        prompts admitted since the previous prefill batch (SGLang's ``cache_hit_rate``: the last
-        prefill batch's hit tokens / its prompt tokens); unchanged when none was admitted (a
-        later chunk of a chunked prefill)."""
-        d_hit = hit_tokens - self._hit_seen[0]
-        d_prompt = prompt_tokens - self._hit_seen[1]
-        if d_prompt > 0:
-            self.recent_cache_hit_rate = d_hit / d_prompt
-        self._hit_seen = (hit_tokens, prompt_tokens)
+    def _note_prefill_hits(self: Scheduler, batch: ScheduleBatch) -> None:
+        """``batch``'s result was processed: ``recent_cache_hit_rate`` becomes the hit rate of
+        the requests it admitted (SGLang's ``cache_hit_rate``: the batch's own prefill stats, its
+        hit tokens / its prompt tokens, taken when the batch was scheduled); unchanged when it
+        admitted none (a decode batch, a later chunk of a chunked prefill). Counted per batch, so
+        that with the overlap schedule the batch scheduled while this one ran is not mixed in."""
+        if batch.admitted_prompt_tokens > 0:
+            self.recent_cache_hit_rate = batch.admitted_hit_tokens / batch.admitted_prompt_tokens
 
     def _log_batch(self: Scheduler, batch: ScheduleBatch, dt: float) -> None:
         n_prefill_tok = batch.num_extend_tokens
         self._tp_at = (time.monotonic(), dt)
         if not (n_prefill_tok or self.forward_ct % self.server_args.decode_log_interval == 0):
             return
-        stats: dict[str, Any] = self.tree_cache.stats()
-        if n_prefill_tok:
-            self._note_prefill_hits(stats["hit_tokens"], stats["prompt_tokens"])
+        self._note_prefill_hits(batch)
         logger.info(
             "%s batch: #reqs %d (#decode %d), #prefill-tokens %d, cache hit rate %.1f%%, "
             "token usage %.2f, #running %d, #queue %d, gen throughput %.2f tok/s, %.1f ms",

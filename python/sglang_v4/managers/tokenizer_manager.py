@@ -5,7 +5,9 @@ ZMQ, receives ``BatchStrOut`` from the detokenizer, and turns them into SGLang-s
 
     {"text": str, "output_ids": list[int], "meta_info": {"id", "finish_reason", "prompt_tokens",
      "completion_tokens", "cached_tokens", "weight_version", "e2e_latency" (when finished),
-     "input_token_logprobs", "output_token_logprobs", ... (with return_logprob)}}
+     "input_token_logprobs", "output_token_logprobs", ... (with return_logprob),
+     "queue_time", "first_token_latency", "request_received_ts", ... (finished, with
+     --enable-metrics: SGLang's time keys, :mod:`.req_time_stats`)}}
 
 Streaming outputs are cumulative (``text`` and ``output_ids`` are the whole output so far), as
 SGLang's default. While streaming, a trailing piece of text that could still become a stop string is held back,
@@ -30,7 +32,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
@@ -52,6 +53,8 @@ from sglang_v4.managers.io_struct import (  # noqa: F401 - HEALTH_CHECK_RID_PREF
     TokenizedGenerateReqInput,
 )
 from sglang_v4.managers.reasoning_tokens import ReasoningTokenCounter, think_end_token_ids
+from sglang_v4.managers.req_state import ReqState
+from sglang_v4.managers.req_time_stats import wall_clock
 from sglang_v4.managers.request_log import finished_line, received_line
 from sglang_v4.managers.tokenization import (  # noqa: F401 - re-exported
     TOKENIZE_IN_THREAD_CHARS,
@@ -62,6 +65,7 @@ from sglang_v4.managers.tokenization import (  # noqa: F401 - re-exported
 from sglang_v4.managers.tokenizer_abort_mixin import TokenizerAbortMixin, parent_rid_groups
 from sglang_v4.managers.tokenizer_control_mixin import TokenizerControlMixin
 from sglang_v4.managers.tokenizer_manager_score_mixin import TokenizerManagerScoreMixin
+from sglang_v4.managers.tokenizer_time_stats_mixin import TokenizerTimeStatsMixin, stamp_dispatch
 from sglang_v4.sampling.stop_checker import stop_holdback
 from sglang_v4.server_args import PortArgs, ServerArgs
 from sglang_v4.utils import get_tokenizer
@@ -77,43 +81,12 @@ def crash_summary(reason: str) -> str:
     return lines[-1] if lines[0].startswith("Traceback") else lines[0]
 
 
-@dataclass
-class ReqState:
-    """Book-keeping of one in-flight single request."""
-
-    obj: GenerateReqInput
-    prompt_len: int
-    stop_strs: list[str]
-    no_stop_trim: bool
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-    out_list: list[dict[str, Any]] = field(default_factory=list)
-    finished: bool = False
-    error: RequestError | None = None
-    text_raw: str = ""
-    final_text: str | None = None
-    output_ids: list[int] = field(default_factory=list)
-    # Formatted logprobs so far: [logprob, token_id, text|None] entries (top: lists of them / None).
-    input_token_logprobs: list[list[Any]] = field(default_factory=list)
-    output_token_logprobs: list[list[Any]] = field(default_factory=list)
-    input_top_logprobs: list[Any] = field(default_factory=list)
-    output_top_logprobs: list[Any] = field(default_factory=list)
-    #: ``token_ids_logprob`` of the request (``None``: not asked) and its formatted entries so far:
-    #: per position a list of ``[logprob, token_id, text|None]`` in its order, or ``None``.
-    token_ids_logprob: list[int] | None = None
-    input_token_ids_logprobs: list[Any] = field(default_factory=list)
-    output_token_ids_logprobs: list[Any] = field(default_factory=list)
-    #: each prompt position's vocabulary rank so far (``return_input_token_ranks``; None first)
-    input_token_ranks: list[int | None] = field(default_factory=list)
-    created_time: float = field(default_factory=time.perf_counter)
-    first_token_time: float = 0.0
-    last_time: float = 0.0
-    last_completion_tokens: int = 0
-    #: counts ``meta_info["reasoning_tokens"]`` (``require_reasoning`` with a reasoning parser)
-    reasoning: ReasoningTokenCounter | None = None
-
-
 class TokenizerManager(
-    TokenizationMixin, TokenizerControlMixin, TokenizerAbortMixin, TokenizerManagerScoreMixin
+    TokenizationMixin,
+    TokenizerControlMixin,
+    TokenizerAbortMixin,
+    TokenizerManagerScoreMixin,
+    TokenizerTimeStatsMixin,
 ):
     """Validates, tokenizes, dispatches and collects generate requests (see module docstring).
 
@@ -168,6 +141,12 @@ class TokenizerManager(
         self.last_receive_tstamp = 0.0
         self.startup_time = time.time()
         self.metrics: Any = None  # a TokenizerMetrics, set by the HTTP server with --enable-metrics
+        #: Stamp each request's stages (:mod:`.req_time_stats`): ``--enable-metrics`` (SGLang's
+        #: ``meta_info`` time keys, ``sglang:queue_time_seconds``) or
+        #: ``--enable-request-time-stats-logging`` (one line per finished request).
+        self.record_time_stats = bool(
+            server_args.enable_metrics or server_args.enable_request_time_stats_logging
+        )
         self._ctx = zmq.asyncio.Context(2)
         self._recv = self._ctx.socket(zmq.PULL)
         self._recv.bind(port_args.tokenizer_ipc_name)
@@ -258,6 +237,7 @@ class TokenizerManager(
 
     def _handle_batch_output(self, recv: BatchStrOut) -> None:
         now = time.perf_counter()
+        wall = wall_clock() if self.record_time_stats else 0.0
         for i, rid in enumerate(recv.rids):
             state = self.rid_to_state.get(rid)
             reason = recv.finished_reasons[i]
@@ -265,7 +245,12 @@ class TokenizerManager(
                 gone = self.abandoned.finished(rid) if reason is not None else None
                 if gone is not None and self.metrics is not None and gone.obj.log_metrics:
                     self._observe_finished(gone, recv, i, now)
+                if gone is not None and gone.timeline is not None:
+                    self._time_stats_output(gone.timeline, recv, i, wall)
+                    self._time_stats_finished(rid, gone, recv, i, wall)
                 continue
+            if state.timeline is not None:
+                self._time_stats_output(state.timeline, recv, i, wall)
             state.text_raw += recv.output_strs[i]
             state.output_ids.extend(recv.output_ids[i])
             if state.obj.return_logprob:
@@ -334,6 +319,8 @@ class TokenizerManager(
                 state.finished = True
                 state.final_text = recv.final_strs[i] if recv.final_strs[i] is not None else state.text_raw
                 meta["e2e_latency"] = now - state.created_time
+                if state.timeline is not None:
+                    meta.update(self._time_stats_finished(rid, state, recv, i, wall))
                 code = reason.get("status_code") if reason.get("type") == "abort" else None
                 if isinstance(code, int) and 400 <= code < 600:  # SGLang: the abort's HTTP status
                     state.error = RequestError(str(reason.get("message", "Bad request")), code)
@@ -421,6 +408,7 @@ class TokenizerManager(
             RequestError: bad input (400) or a dead backend (503).
         """
         self._check_alive()
+        received = wall_clock() if self.record_time_stats else 0.0
         given_rid = obj.rid
         try:
             obj.normalize_batch_and_arguments()
@@ -437,6 +425,8 @@ class TokenizerManager(
                 await self.wait_for_admission(request, ticket)  # paused, or a weight update under way
                 self._check_alive()  # the backend may have died while a long prompt was tokenized
                 state = self._register(obj, tokenized)
+                if received:
+                    stamp_dispatch([state], received)
                 self._send_admitted([tokenized], ticket)
             if self.server_args.log_requests:
                 self._log_received(obj, tokenized.input_ids)
@@ -446,7 +436,7 @@ class TokenizerManager(
 
         # Batch (or n > 1): validate everything first, so a bad item rejects the whole request.
         bs, n = obj.batch_size, obj.parallel_sample_num
-        batch = self._generate_batch(obj, request, rids)
+        batch = self._generate_batch(obj, request, rids, received)
         with self.parent_rids.hold(parent_rid_groups(given_rid, rids, bs, n)):  # abort by parent rid
             try:
                 async for out in batch:
@@ -455,10 +445,10 @@ class TokenizerManager(
                 await batch.aclose()  # its requests are aborted now if unfinished, not by the GC
 
     async def _generate_batch(
-        self, obj: GenerateReqInput, request: Any, rids: list[str]
+        self, obj: GenerateReqInput, request: Any, rids: list[str], received: float = 0.0
     ) -> AsyncIterator[Any]:
         """:meth:`generate_request` of a normalized batch (or ``n > 1``) request ``obj`` with
-        request ids ``rids``."""
+        request ids ``rids``, received at wall-clock ``received`` (0.0: stages not recorded)."""
         bs, n = obj.batch_size, obj.parallel_sample_num
         order = [k * bs + i for i in range(bs) for k in range(n)]  # SGLang: grouped by prompt
         subs = [obj[j] for j in order]
@@ -477,6 +467,8 @@ class TokenizerManager(
                 if s.rid in self.rid_to_state:
                     raise RequestError(f"Duplicate request id {s.rid!r}.")
             states = [self._register(s, t) for s, t in zip(subs, tokenized_list)]
+            if received:
+                stamp_dispatch(states, received)
             self._send_admitted(tokenized_list, ticket)
         for s, t in zip(subs, tokenized_list):
             if self.server_args.log_requests:
@@ -563,6 +555,9 @@ class TokenizerManager(
                     return
                 if state.obj.stream:
                     yield out
+                    t = state.timeline  # the route asks again: it has written the chunk
+                    if t is not None and t.first_write == 0.0:
+                        t.first_write = wall_clock()
         finally:
             if not state.finished and self.crashed is None and not self._closed:
                 self.abort_request(rid)

@@ -190,6 +190,17 @@ class CacheManager:
             )
         return ba.available >= num_block_pages and wa.available >= num_window_pages
 
+    def can_hold(self, req: Req, end: int, reserved: int = 0) -> bool:
+        """Whether the block pages for positions ``0 .. end - 1`` of ``req`` that it does not hold
+        yet could be had now, free or by evicting unlocked radix-cache blocks, beside ``reserved``
+        pages promised to others (nothing is allocated nor evicted). Window pages are not
+        counted: a request needs only the spans of its last window at a time."""
+        need = -(-end // self.page_size) - len(req.block_pages)
+        if need <= 0:
+            return True
+        available, evictable, _ = self.kv_block_counts()
+        return need + reserved <= available + evictable
+
     def alloc_for_extend(self, req: Req, end: int) -> bool:
         """Give ``req`` the pages for computing positions ``req.scheduled_len .. end - 1``: a block
         page per block up to ``end`` and a window page per span the chunk (and the window of its

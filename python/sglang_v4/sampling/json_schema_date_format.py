@@ -7,8 +7,9 @@ Schema's ``date`` format, pydantic and Python's ``datetime`` reject. The pattern
 every common parser reads: years ``0001``-``9999`` (Python's ``date`` has no year 0), Gregorian
 leap years for February 29th, seconds ``00``-``59`` (RFC 3339's leap second ``60`` is refused by
 pydantic and ``datetime``), ``T`` / ``Z`` in upper case, an offset ``Z`` or ``+hh:mm`` /
-``-hh:mm``. A node that also sets ``pattern`` / ``minLength`` / ``maxLength`` is left alone (those
-are refused by name later: :mod:`sglang_v4.sampling.json_schema_support`).
+``-hh:mm``. A node that also sets ``pattern``, or length bounds that do not fold into the
+format's pattern, is left alone (those are refused by name later:
+:mod:`sglang_v4.sampling.json_schema_support`).
 
 One of the rewrites of :func:`~sglang_v4.sampling.json_schema_rewrite.normalize_json_schema`.
 """
@@ -16,6 +17,8 @@ One of the rewrites of :func:`~sglang_v4.sampling.json_schema_rewrite.normalize_
 from __future__ import annotations
 
 from typing import Any
+
+from sglang_v4.sampling.json_schema_pattern_length import pattern_within_length_bounds
 
 __all__ = ["DATE_FORMAT_PATTERNS", "exact_date_format", "exact_format"]
 
@@ -41,17 +44,24 @@ DATE_FORMAT_PATTERNS = {
 
 def exact_format(node: dict[str, Any], patterns: dict[str, str]) -> None:
     """Replace, in place, a ``string`` node's ``format`` that ``patterns`` names by its exact
-    ``pattern`` (``patterns[format]``); a node that is no string, has another format, or also sets
-    ``pattern`` / ``minLength`` / ``maxLength`` is left as it is (those are refused by name later:
+    ``pattern`` (``patterns[format]``); a node that is no string, has another format, also sets
+    ``pattern``, or sets ``minLength`` / ``maxLength`` that do not fold into the format's pattern
+    (:mod:`sglang_v4.sampling.json_schema_pattern_length`: the date's ten characters within the
+    bounds) is left as it is (those are refused by name later:
     :mod:`sglang_v4.sampling.json_schema_support`)."""
     fmt, t = node.get("format"), node.get("type")
     is_string = t == "string" or (isinstance(t, list) and "string" in t)
     if not isinstance(fmt, str) or fmt not in patterns or not is_string:
         return
-    if any(k in node for k in ("pattern", "minLength", "maxLength")):
+    if "pattern" in node:
         return
-    del node["format"]
-    node["pattern"] = patterns[fmt]
+    exact = {k: v for k, v in node.items() if k != "format"}
+    exact["pattern"] = patterns[fmt]
+    pattern_within_length_bounds(exact)
+    if any(k in exact for k in ("minLength", "maxLength")):
+        return  # bounds that do not fold into the format's pattern
+    node.clear()
+    node.update(exact)
 
 
 def exact_date_format(node: dict[str, Any]) -> None:

@@ -10,8 +10,9 @@ after six groups or after ``::`` with groups on both sides (``"1:2:3:4:5:6:1.2.3
 leading zero (``"::ffff:01.2.3.4"``). The patterns follow RFC 3986 section 3.2.2's
 ``IPv6address`` / ``IPv4address`` ABNF (``dec-octet`` has no leading zero; ``h16`` is one to four
 hexadecimal digits, either case); no zone identifier (``%eth0``), which the ``ipv6`` format
-excludes. A node that also sets ``pattern`` / ``minLength`` / ``maxLength`` is left alone (those
-are refused by name later: :mod:`sglang_v4.sampling.json_schema_support`).
+excludes. A node that also sets ``pattern``, or length bounds that do not fold into the
+format's pattern, is left alone (those are refused by name later:
+:mod:`sglang_v4.sampling.json_schema_support`).
 
 One of the rewrites of :func:`~sglang_v4.sampling.json_schema_rewrite.normalize_json_schema`.
 """

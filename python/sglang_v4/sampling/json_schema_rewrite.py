@@ -84,6 +84,7 @@ from sglang_v4.sampling.json_schema_date_format import exact_date_format
 from sglang_v4.sampling.json_schema_false import drop_false_properties
 from sglang_v4.sampling.json_schema_ip_format import exact_ip_format
 from sglang_v4.sampling.json_schema_length import length_bounds_as_pattern
+from sglang_v4.sampling.json_schema_pattern_length import pattern_within_length_bounds
 from sglang_v4.sampling.json_schema_pattern_text import pattern_over_json_text
 from sglang_v4.sampling.json_schema_regex import search_as_full_match
 from sglang_v4.sampling.json_schema_tuple import prefix_items_within_max_items, tuple_items_as_prefix_items
@@ -321,6 +322,7 @@ def _rewrite(schema: Any, path: str) -> Any:
     prefix_items_within_max_items(out)
     exact_date_format(out)
     exact_ip_format(out)
+    pattern_within_length_bounds(out)
     if isinstance(out.get("pattern"), str):
         regex = translate_regex(out["pattern"], f"{path}.pattern", schema=True)
         full = search_as_full_match(optional_groups_as_alternations(regex), f"{path}.pattern")

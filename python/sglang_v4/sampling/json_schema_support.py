@@ -26,7 +26,8 @@ rejects that the compiled grammar accepts):
 * ``uniqueItems: true``, ``contains`` (with ``minContains`` / ``maxContains``);
 * ``multipleOf`` on anything but an ``integer``;
 * ``pattern`` with ``minLength`` / ``maxLength``, ``format`` with any of the three (xgrammar
-  keeps only ``format``, else ``pattern``);
+  keeps only ``format``, else ``pattern``), where the bounds did not fold into the pattern
+  (:mod:`sglang_v4.sampling.json_schema_pattern_length`);
 * a node without ``type`` (and without ``enum`` / ``const``) carrying string, number or bounded
   array keywords (``pattern``, ``maxLength``, ``minimum``, ``maxItems``...): JSON Schema applies
   them to values of that type, xgrammar ignores them (vllm-project/vllm#57550).

@@ -20,9 +20,9 @@ Pipeline per row (SGLang ``srt/layers/sampler.py`` + ``srt/sampling/penaltylib``
 2. Greedy rows (``top_k == 1``; temperature 0 maps there): ``argmax z``.
 3. Other rows: ``p = softmax(z / T)`` (computed as ``softmax((z - max z) / T)``, which cannot
    overflow); sort descending (a partial top-1024 sort when that is exact,
-   see :func:`filter_probs`); drop ranks ``>= top_k``; drop tokens whose
-   exclusive cumulative mass (over the unfiltered sorted ``p``) exceeds ``top_p``; drop
-   ``p < min_p * max(p)``; sample from the remaining (unnormalised) weights with the exponential
+   see :func:`filter_probs`); drop ranks ``>= top_k``; when ``top_p`` is below 1 in float32,
+   drop tokens whose exclusive cumulative mass (over the unfiltered sorted ``p``) exceeds
+   ``top_p``; drop ``p < min_p * max(p)``; sample from the remaining (unnormalised) weights with the exponential
    race (``argmax w / E``, ``E ~ Exp(1)``), which is exactly categorical sampling proportional to
    ``w``. Rows with a ``torch.Generator`` draw their noise from it (reproducible, independent of
    the batch composition); others use the global RNG.
@@ -44,6 +44,7 @@ The logprob helpers (a forced row's output logprobs, top-k, ranks, prompt logpro
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -66,6 +67,10 @@ from sglang_v4.sampling.sampling_params import SamplingParams
 
 _TOPK_CAP = 1024
 """Candidates examined by the partial-sort fast path of :func:`filter_probs`."""
+
+_TOP_P_F32_ONE = 1.0 - 2.0**-25
+"""Every ``top_p`` at or above this rounds to 1.0 in float32 (the largest float32 below 1 is
+``1 - 2**-24``; this is the midpoint, which rounds to even, i.e. to 1.0)."""
 
 __all__ = [
     "PenaltyCache",
@@ -100,11 +105,14 @@ def filter_probs(probs: torch.Tensor, params: Sequence[SamplingParams]) -> torch
         Sorted descending (stable, ties by token id), a token at rank ``i`` is dropped when
         ``i >= top_k`` (``top_k=-1``: never), or when the mass of the tokens ranked before it
         exceeds ``top_p``, or when ``p < min_p * max(p)``. The top token is never dropped.
+        A ``top_p`` that is 1 in float32 (``>= 1 - 2**-25``) drops nothing: the float32 running
+        sum of a large vocabulary can round past 1.0 before its last tokens, and comparing it
+        with ``top_p = 1`` would then drop that tail from a row that only asked for ``top_k``.
     """
     vocab = probs.shape[-1]
     dev = probs.device
     ks_list = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
-    tps_list = [p.top_p for p in params]
+    tps_list = [p.top_p if p.top_p < _TOP_P_F32_ONE else math.inf for p in params]
     sort_rows = [i for i in range(len(params)) if ks_list[i] < vocab or tps_list[i] < 1.0]
     if sort_rows:
         all_rows = len(sort_rows) == probs.shape[0]

@@ -58,16 +58,20 @@ def act_quant(x: torch.Tensor, group: int = BLOCK, pow2: bool = True) -> tuple[t
     Returns:
         ``(q [M, K] float8_e4m3fn, scale [M, ceil(K/group)] float32)`` with ``x ~= q * scale``
         groupwise; ``scale = amax / 448`` (``amax >= 1e-4``), rounded up to a power of two when
-        ``pow2`` (ue8m0). The last group may be partial.
+        ``pow2`` (ue8m0). The last group may be partial. Non-finite elements as torch's
+        ``float8_e4m3fn`` cast treats them (NaN -> NaN, ``+-inf`` -> ``+-448``), left out of their
+        group's ``amax``.
     """
     M, K = x.shape
     nk = -(-K // group)
     xf = F.pad(x.to(torch.float32), (0, nk * group - K)).view(M, nk, group)
-    amax = xf.abs().amax(dim=-1).clamp_min(AMAX_MIN)
+    amax = torch.where(xf.isfinite(), xf.abs(), 0.0).amax(dim=-1).clamp_min(AMAX_MIN)
     s = amax / FP8_MAX
     if pow2:
         s = pow2_ceil(s)
-    q = round_e4m3((xf / s[..., None]).clamp(-FP8_MAX, FP8_MAX)).to(torch.float8_e4m3fn)
+    nan = xf.isnan()
+    q = round_e4m3((torch.where(nan, 0.0, xf) / s[..., None]).clamp(-FP8_MAX, FP8_MAX))
+    q = torch.where(nan, float("nan"), q).to(torch.float8_e4m3fn)
     return q.view(M, nk * group)[:, :K].contiguous(), s
 
 

@@ -15,9 +15,18 @@ bit) in the logits dtype ``L`` (bf16 / fp16 / fp32):
   depending on ``T``, an ulp apart in float32).
 * selection key ``float32(score) + bias`` (float32, as torch promotes ``L + float32``); the top-k
   is in descending key order and **ties go to the lower expert id** (torch.topk's tie order is
-  unspecified on CUDA; here it is a stable descending sort). NaN logits are not supported.
+  unspecified on CUDA; here it is a stable descending sort). A NaN score (a NaN logit, e.g. a
+  CUDA-graph padding row's) or NaN bias gets the key :data:`NAN_KEY`, below every real key and
+  above the taken ones, and weight 0: the ids stay distinct and in range and the weights finite
+  (an all-NaN row routes to experts ``0 .. k-1`` with weight 0).
 * ``s = L(w_0 + w_1 + ... + w_{k-1})`` accumulated in float32 in slot order (slot 0 first: the
-  top-k order above, or ``tid2eid``'s column order for hash layers); ``d = L(s + 1e-20)``;
+  top-k order above, or ``tid2eid``'s column order for hash layers); ``d = L(max(s, tiny(L)))``
+  (:func:`sum_floor`): DeepSeek's reference ``Gate.forward`` divides by ``s`` itself, so a row
+  whose selected scores are all tiny (logits near -100: ``s ~ 1e-21``) keeps weights summing to
+  the scaling, and the floor (the smallest normal value of ``L``: ``2 ** -126`` for bf16 / fp32)
+  only turns a row whose selected scores all underflow to 0 (a hash layer selects them
+  regardless) into zero weights instead of ``0 / 0 = NaN``. HF adds ``1e-20`` to ``s`` instead: the same value for every ``s`` above
+  ~2e-13, but it shrinks the weights of rows below that;
   ``weight_j = float32(L(L(w_j / d) * scaling))`` (every ``L(...)`` a round-to-nearest-even of a
   float32 result, as torch's bf16 / fp16 ops compute in float32).
 """
@@ -27,10 +36,18 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-#: Added to the sum of the selected scores before dividing (HF ``DeepseekV4TopKRouter``).
-NORM_EPS = 1e-20
+#: Selection key of a NaN score: below any real ``score + bias`` (a finite floor, so a row's NaN
+#: experts still rank by id after its real ones).
+NAN_KEY = -1e30
 #: ``scoring_func`` values (HF ``DeepseekV4Config.scoring_func``) this op computes.
 SCORE_FUNCS = ("sqrtsoftplus", "sigmoid")
+
+
+def sum_floor(dtype: torch.dtype) -> float:
+    """Floor of the sum of the selected scores before dividing: ``torch.finfo(dtype).tiny``, the
+    smallest normal value of the logits dtype (``2 ** -126`` for bf16 / fp32). DeepSeek's reference
+    divides by the sum itself; HF ``DeepseekV4TopKRouter`` adds ``1e-20``."""
+    return float(torch.finfo(dtype).tiny)
 
 
 def check_score_func(score_func: str) -> None:
@@ -59,13 +76,13 @@ def topk_lower_id_wins(keys: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def normalize_weights(w: torch.Tensor, scaling: float) -> torch.Tensor:
-    """``[T, k]`` selected scores (dtype ``L``) -> fp32 routing weights ``w / (sum + 1e-20) * scaling``,
+    """``[T, k]`` selected scores (dtype ``L``) -> fp32 routing weights ``w / max(sum, tiny) * scaling``,
     with the rounding of the module docstring (slot-order float32 sum)."""
     acc = w[:, 0].float()
     for j in range(1, w.shape[1]):
         acc = acc + w[:, j].float()
     s = acc.to(w.dtype).unsqueeze(-1)
-    return ((w / (s + NORM_EPS)) * scaling).float()
+    return ((w / s.clamp_min(sum_floor(w.dtype))) * scaling).float()
 
 
 def moe_route(
@@ -116,7 +133,8 @@ def moe_route(
                 f"top-k routing: expected bias [{E}] and 0 < top_k <= {E}, got "
                 f"{tuple(e_score_correction_bias.shape)} and {top_k}"
             )
-        ids = topk_lower_id_wins(scores.float() + e_score_correction_bias.float(), top_k)
+        keys = scores.float() + e_score_correction_bias.float()
+        ids = topk_lower_id_wins(torch.where(keys.isnan(), NAN_KEY, keys), top_k)
     if T == 0:
         return ids, torch.zeros(0, top_k, dtype=torch.float32, device=logits.device)
-    return ids, normalize_weights(scores.gather(1, ids), scaling)
+    return ids, normalize_weights(torch.where(scores.isnan(), 0.0, scores).gather(1, ids), scaling)

@@ -5,7 +5,11 @@
   (``amax / 448``, rounded up to a power of two with ``pow2``: DeepSeek's ``ue8m0`` scales);
   :func:`_quant_rows` is the same quantization of a register tile inside the fused decode kernel.
   The e4m3 bytes come from the fp32 bits (:func:`_e4m3_code`, round to nearest, ties to even),
-  not from a backend's fp8 conversion, so every backend gives the same bytes.
+  not from a backend's fp8 conversion, so every backend gives the same bytes. Non-finite
+  elements as torch's ``float8_e4m3fn`` cast and CUDA's saturating conversion treat them: a NaN
+  becomes the e4m3fn NaN and ``+-inf`` saturates to ``+-448`` (e4m3fn has no infinity); a
+  group's scale comes from its finite elements, so one such element neither zeroes nor
+  overflows the rest of its group, and a NaN reaches the GEMM's output as it would in bf16.
 * fp16 (``w8a16_f16`` / ``w8a16_f16asm``): :func:`_f16_rows` scales a bf16 / fp32 tile per row
   so its largest magnitude is at most ``2**F16_AMAX_LOG2``.
 
@@ -25,6 +29,8 @@ __all__ = ["F16_AMAX_LOG2", "act_quant"]
 
 _FP8_MAX = tl.constexpr(FP8_MAX)
 _AMAX_MIN = tl.constexpr(AMAX_MIN)
+#: The e4m3fn NaN byte (``S.1111.111``, sign 0): the code of a NaN activation.
+_E4M3_NAN = tl.constexpr(0x7F)
 
 #: fp16 activations of the ``w8a16_f16`` variants are scaled so each 1x128 group's largest magnitude
 #: is at most ``2**F16_AMAX_LOG2`` (fp16's largest finite value is 65,504 < 2**16).
@@ -89,12 +95,13 @@ def _act_quant_kernel(
     mask = (offs_m < M)[:, None] & (offs_k < K)[None, :]
     rows = offs_m.to(tl.int64)
     x = tl.load(x_ptr + rows[:, None] * stride_xm + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
-    amax = tl.maximum(tl.max(tl.abs(x), axis=1), _AMAX_MIN)
+    fin = tl.abs(x) < float("inf")  # False for NaN and +-inf
+    amax = tl.maximum(tl.max(tl.where(fin, tl.abs(x), 0.0), axis=1), _AMAX_MIN)
     s = tl.math.div_rn(amax, _FP8_MAX)
     if POW2:
         s = _pow2_ceil(s)
-    q = tl.math.div_rn(x, s[:, None])
-    code = _e4m3_code(tl.minimum(tl.maximum(q, -_FP8_MAX), _FP8_MAX))
+    q = tl.math.div_rn(tl.where(x == x, x, 0.0), s[:, None])  # +-inf stays +-inf: saturates below
+    code = tl.where(x == x, _e4m3_code(tl.minimum(tl.maximum(q, -_FP8_MAX), _FP8_MAX)), _E4M3_NAN)
     tl.store(q_ptr + rows[:, None] * stride_qm + offs_k[None, :], code.to(tl.uint8), mask=mask)
     tl.store(s_ptr + rows * stride_sm + kb, s, mask=offs_m < M)
 
@@ -106,10 +113,11 @@ def _quant_rows(a):
     ``x / sx`` is ``x * (1 / sx)`` exactly (``sx`` is a power of two, ``2**-22 .. 2**120``); the e4m3
     bytes come from :func:`_e4m3_code` and are bitcast, so no backend's fp8 conversion rounds them."""
     af = a.to(tl.float32)
-    amax = tl.maximum(tl.max(tl.abs(af), axis=1), _AMAX_MIN)
+    fin = tl.abs(af) < float("inf")  # False for NaN and +-inf
+    amax = tl.maximum(tl.max(tl.where(fin, tl.abs(af), 0.0), axis=1), _AMAX_MIN)
     sx = _pow2_ceil(tl.math.div_rn(amax, _FP8_MAX))
-    q = af * _pow2_recip(sx)[:, None]
-    code = _e4m3_code(tl.minimum(tl.maximum(q, -_FP8_MAX), _FP8_MAX))
+    q = tl.where(af == af, af, 0.0) * _pow2_recip(sx)[:, None]  # +-inf saturates below
+    code = tl.where(af == af, _e4m3_code(tl.minimum(tl.maximum(q, -_FP8_MAX), _FP8_MAX)), _E4M3_NAN)
     return code.to(tl.uint8).to(tl.float8e4nv, bitcast=True), sx
 
 

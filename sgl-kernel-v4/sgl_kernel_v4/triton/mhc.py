@@ -558,7 +558,8 @@ def hc_post(
     Args:
         block_out: ``[T, D]``; residual: ``[T, n, D]`` (last dims contiguous); post: ``[T, n]``;
         comb: ``[T, n, n]`` (contiguous), all math in fp32.
-        out: optional ``[T, n, D]`` output (residual's dtype; may alias ``residual``).
+        out: optional ``[T, n, D]`` output (residual's dtype; may alias ``residual``; a last dim
+            with a stride other than 1 is written through a contiguous copy).
         path: ``"auto"`` (``"decode"`` for ``T <= DECODE_MAX_T``), ``"decode"`` (256-wide ``D``
             tiles: more programs for few tokens) or ``"legacy"`` (1024-wide tiles); the same
             arithmetic either way.
@@ -567,7 +568,8 @@ def hc_post(
         ``[T, n, D]`` in residual's dtype.
 
     Raises:
-        ValueError: shapes out of range or an unknown ``path``.
+        ValueError: shapes out of range, an ``out`` of another shape or dtype, or an unknown
+            ``path``.
     """
     if residual.dim() != 3:
         raise ValueError(f"residual: expected [T, n, D], got {tuple(residual.shape)}")
@@ -585,7 +587,16 @@ def hc_post(
     decode = path == "decode" or (path == "auto" and T <= DECODE_MAX_T)
     post = post.contiguous()
     comb = comb.contiguous()
-    out = torch.empty_like(residual) if out is None else out
+    if out is not None:
+        if out.shape != residual.shape or out.dtype != residual.dtype:
+            raise ValueError(
+                f"out: expected {tuple(residual.shape)} {residual.dtype}, got {tuple(out.shape)} {out.dtype}"
+            )
+        if out.stride(2) != 1 and T * n * D:
+            # the kernel writes channels at unit stride: go through a contiguous buffer
+            return out.copy_(hc_post(block_out, residual, post, comb, path=path))
+    else:
+        out = torch.empty_like(residual, memory_format=torch.contiguous_format)
     if T == 0:
         return out
     block_d = min(256 if decode else 1024, next_power_of_2(D))

@@ -11,7 +11,7 @@ of the torch reference :mod:`sgl_kernel_v4.ref.moe_router` (HF ``DeepseekV4TopKR
   ``L(1 / (1 + exp(-float64(logit))))`` (libdevice ``exp``; a round-to-nearest float64 division);
 * top-k over ``float32(score) + bias`` by ``k`` arg-max passes, each taking the lowest expert id
   among equal keys (``tie_break_left``) and masking it out: descending key order, lower id first;
-* slot-order float32 sum, ``L(s + 1e-20)``, a round-to-nearest division (``div_rn``) and the
+* slot-order float32 sum, ``L(max(s, tiny(L)))``, a round-to-nearest division (``div_rn``) and the
   scaling, each rounded to the logits dtype ``L`` as torch's ops do.
 
 One program routes ``BLOCK_T`` tokens over all ``E <= 4096`` experts (one ``[BLOCK_T, BLOCK_E]``
@@ -27,13 +27,14 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from sgl_kernel_v4.ref.moe_router import check_score_func
+from sgl_kernel_v4.ref.moe_router import NAN_KEY, check_score_func, sum_floor
 from sgl_kernel_v4.triton._round import round_as
 from sgl_kernel_v4.triton._utils import cdiv, next_power_of_2
 
 __all__ = ["moe_route"]
 
 _MAX_EXPERTS = 4096
+_NAN_KEY = tl.constexpr(NAN_KEY)
 _TILE = 512  # elements of one program's [BLOCK_T, BLOCK_E] tile (float64 scores in registers): small, so
 # a decode batch is spread over several programs (at E = 160 a [8, 256] tile took 17 us on an H200)
 
@@ -50,6 +51,7 @@ def _moe_route_kernel(
     T,
     E,
     scaling,
+    floor,
     TOPK: tl.constexpr,
     HASH: tl.constexpr,
     SIGMOID: tl.constexpr,
@@ -82,6 +84,8 @@ def _moe_route_kernel(
             r = tl.sqrt(sp)  # numpy: correctly rounded
     # float64 -> float32 -> L: torch's double -> bf16 / fp16 cast goes through float32 too
     score = round_as(r.to(tl.float32), x)
+    nan = score != score  # a NaN logit: never preferred, weight 0 (module docstring of the reference)
+    score = tl.where(nan, 0.0, score)
     kk = tl.arange(0, BLOCK_K)
     ids = tl.zeros([BLOCK_T, BLOCK_K], tl.int64)
     wsel = tl.zeros([BLOCK_T, BLOCK_K], tl.float32)
@@ -96,7 +100,8 @@ def _moe_route_kernel(
             wsel = tl.where(kk[None, :] == j, wj[:, None], wsel)
     else:
         bias = tl.load(bias_ptr + cols, mask=cm, other=0.0)
-        key = tl.where(m2, score + bias[None, :], float("-inf"))
+        key = tl.where(nan | (bias != bias)[None, :], _NAN_KEY, score + bias[None, :])
+        key = tl.where(m2, key, float("-inf"))
         for j in tl.static_range(TOPK):
             e = tl.argmax(key, 1, tie_break_left=True)
             hit = cols[None, :] == e[:, None]
@@ -106,7 +111,7 @@ def _moe_route_kernel(
             ids = tl.where(kk[None, :] == j, e[:, None].to(tl.int64), ids)
             wsel = tl.where(kk[None, :] == j, wj[:, None], wsel)
     s = round_as(acc, x)
-    d = round_as(s + 1e-20, x)
+    d = round_as(tl.maximum(s, floor), x)
     q = round_as(tl.math.div_rn(wsel, d[:, None]), x)
     out = round_as(q * scaling, x)
     km = rm[:, None] & (kk[None, :] < TOPK)
@@ -186,6 +191,7 @@ def moe_route(
     block_t = max(1, min(_TILE // block_e, 16))  # independent of T: one variant per (E, k, dtype)
     _moe_route_kernel[(cdiv(T, block_t),)](
         logits, logits.stride(0), bias, tid2eid, input_ids, ids, weights, T, E, float(scaling),
+        sum_floor(logits.dtype),
         TOPK=top_k, HASH=is_hash, SIGMOID=score_func == "sigmoid", BLOCK_T=block_t, BLOCK_E=block_e,
         BLOCK_K=next_power_of_2(top_k), LIBDEVICE=logits.is_cuda and not _interpreted(), num_warps=4,
     )  # fmt: skip

@@ -37,16 +37,18 @@ def rms_norm(
     """RMSNorm over the last dim.
 
     Args:
-        x: ``[..., D]`` (last dim contiguous), any float dtype.
-        weight: ``[D]`` (fp32) or None (unweighted).
+        x: ``[..., D]``, any float dtype and strides (a last dim with a stride other than 1 is
+            read through a contiguous copy).
+        weight: ``[D]`` (fp32; any stride) or None (unweighted).
         eps: added to the mean square.
-        out: optional ``[T, D]`` output buffer (may be ``x``).
+        out: optional ``[T, D]`` output buffer in x's dtype (may be ``x``; any strides: a last dim
+            with a stride other than 1 is written through a contiguous copy).
 
     Returns:
         ``[T, D]`` in x's dtype.
 
     Raises:
-        ValueError: bad shapes.
+        ValueError: bad shapes, or an ``out`` of another shape or dtype.
     """
     if x.dim() != 2:
         if x.dim() < 1:
@@ -55,12 +57,19 @@ def rms_norm(
             x.reshape(-1, x.shape[-1]), weight, eps, out=None if out is None else out.view(-1, x.shape[-1])
         )
         return y.view(x.shape) if out is None else out
-    if x.stride(1) != 1:
-        raise ValueError(f"x: expected [T, D] with a contiguous last dim, got {tuple(x.shape)}")
     T, D = x.shape
     if weight is not None and weight.shape != (D,):
         raise ValueError(f"weight: expected [{D}], got {tuple(weight.shape)}")
-    out = torch.empty_like(x) if out is None else out
+    if out is not None and (out.shape != x.shape or out.dtype != x.dtype):
+        raise ValueError(f"out: expected {tuple(x.shape)} {x.dtype}, got {tuple(out.shape)} {out.dtype}")
+    if out is not None and out.stride(1) != 1 and T * D:
+        # the kernel writes rows with unit column stride: go through a contiguous buffer
+        return out.copy_(rms_norm(x, weight, eps))
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    if weight is not None and weight.stride(0) != 1:
+        weight = weight.contiguous()
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out
     if T == 0:
         return out
     block = next_power_of_2(D)

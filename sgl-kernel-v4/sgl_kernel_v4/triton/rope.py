@@ -72,19 +72,26 @@ def _rope_kernel(
         x_ptr + t * stride_xt + offs_h[:, None] * stride_xh + offs_d[None, :], mask=hm[:, None], other=0.0
     )
     a, b = tl.split(tl.reshape(x.to(tl.float32), [BLOCK_H, HALF_D, 2]))  # contiguous load, pairs in registers
-    ra = a * c[None, :] - b * s[None, :]
-    rb = b * c[None, :] + a * s[None, :]
+    # nope pairs pass through untouched (not ``a * 1 - b * 0``: an infinite ``b`` would make ``a`` NaN)
+    rope_p = (offs_p >= P0)[None, :]
+    ra = tl.where(rope_p, a * c[None, :] - b * s[None, :], a)
+    rb = tl.where(rope_p, b * c[None, :] + a * s[None, :], b)
     optr = out_ptr + t * stride_ot + offs_h[:, None] * stride_oh + offs_d[None, :]
     if FP8:
+        # scale from the group's finite values; NaN stays NaN and +-inf saturates to +-448 (as
+        # torch's float8_e4m3fn cast), so one such value neither zeroes nor overflows its group
         G: tl.constexpr = HALF_D // GROUP_P
-        amax = tl.maximum(tl.abs(ra), tl.abs(rb))
-        amax = tl.max(tl.reshape(amax, [BLOCK_H, G, GROUP_P]), 2)  # [BLOCK_H, G]
+        fa = tl.where(tl.abs(ra) < float("inf"), tl.abs(ra), 0.0)
+        fb = tl.where(tl.abs(rb) < float("inf"), tl.abs(rb), 0.0)
+        amax = tl.max(tl.reshape(tl.maximum(fa, fb), [BLOCK_H, G, GROUP_P]), 2)  # [BLOCK_H, G]
         scale = tl.maximum(amax, 1e-10) / 448.0
         inv = tl.reshape(tl.broadcast_to((1.0 / scale)[:, :, None], [BLOCK_H, G, GROUP_P]), [BLOCK_H, HALF_D])
-        qa = tl.clamp(ra * inv, -448.0, 448.0)
-        qb = tl.clamp(rb * inv, -448.0, 448.0)
+        qa = tl.where(ra == ra, tl.minimum(tl.maximum(ra * inv, -448.0), 448.0), ra)
+        qb = tl.where(rb == rb, tl.minimum(tl.maximum(rb * inv, -448.0), 448.0), rb)
         y = tl.reshape(tl.join(qa, qb), [BLOCK_H, 2 * HALF_D])
-        tl.store(optr, y.to(out_ptr.dtype.element_ty), mask=hm[:, None])
+        yq = y.to(out_ptr.dtype.element_ty).to(tl.uint8, bitcast=True)
+        yq = tl.where(y == y, yq, 0x7F)  # the e4m3fn NaN byte, whatever the backend's conversion
+        tl.store(optr, yq.to(out_ptr.dtype.element_ty, bitcast=True), mask=hm[:, None])
         offs_g = tl.arange(0, G)
         tl.store(scale_ptr + (t * H + offs_h[:, None]) * G + offs_g[None, :], scale, mask=hm[:, None])
     else:
@@ -119,8 +126,16 @@ def _rope(
     T, H, D = x.shape
     if fp8 and D % FP8_GROUP:
         raise ValueError(f"x: head dim {D} is not a multiple of the fp8 group {FP8_GROUP}")
-    if out is None:
-        out = torch.empty((T, H, D), dtype=torch.float8_e4m3fn if fp8 else x.dtype, device=x.device)
+    out_dtype = torch.float8_e4m3fn if fp8 else x.dtype
+    if out is not None:
+        if out.shape != (T, H, D) or out.dtype != out_dtype:
+            raise ValueError(f"out: expected {(T, H, D)} {out_dtype}, got {tuple(out.shape)} {out.dtype}")
+        if out.stride(2) != 1 and T * H:
+            # the kernel writes channels at unit stride: go through a contiguous buffer
+            res, scales = _rope(x, cos, sin, sign, fp8, None, block_h)
+            return out.copy_(res), scales
+    else:
+        out = torch.empty((T, H, D), dtype=out_dtype, device=x.device)
     scales = torch.empty((T, H, D // FP8_GROUP), dtype=torch.float32, device=x.device) if fp8 else None
     if T == 0 or H == 0:
         return out, scales
@@ -141,13 +156,14 @@ def apply_rope(
     Args:
         x: ``[T, H, D]`` or ``[T, D]`` (last dim contiguous; ``D/2`` a power of 2).
         cos, sin: ``[T, r/2]`` (any float dtype; math in fp32).
-        out: optional ``[T, H, D]`` output buffer (may be ``x`` itself: in place).
+        out: optional ``[T, H, D]`` output buffer in x's dtype (may be ``x`` itself: in place; a
+            last dim with a stride other than 1 is written through a contiguous copy).
 
     Returns:
         ``[T, H, D]`` in x's dtype.
 
     Raises:
-        ValueError: shapes/layouts out of range.
+        ValueError: shapes/layouts out of range, or an ``out`` of another shape or dtype.
     """
     if x.dim() == 2:
         o2 = None if out is None else out.unsqueeze(1)
@@ -169,7 +185,8 @@ def inv_rope_quant(
         o: ``[T, H, D]`` attention output (bf16/fp32).
         cos, sin: ``[T, r/2]`` of the query positions.
         fp8: quantize for an fp8 O projection.
-        out: optional output buffer (o's dtype, or float8_e4m3fn when ``fp8``).
+        out: optional ``[T, H, D]`` output buffer (o's dtype, or float8_e4m3fn when ``fp8``; any
+            strides).
 
     Returns:
         ``fp8=False``: ``[T, H, D]`` in o's dtype (HF: ``apply_rotary_pos_emb(o, cos, -sin)``).

@@ -22,10 +22,13 @@
   text tells the model the call failed). The blocks keep their order: ``[tool_result, tool_result, text]`` is two tool messages
   and then a user message. Each ``tool_use`` needs its ``tool_result`` in the very next message
   (Anthropic's 400 ``messages.N: `tool_use` ids were found without `tool_result` blocks
-  immediately after``, N that next message). An ``assistant`` message's ``text`` blocks are its content,
-  ``thinking`` blocks its ``reasoning_content`` (the ``signature`` is not checked;
+  immediately after``, N that next message). An ``assistant`` message's ``text`` blocks are its content
+  (empty blocks before its first text add nothing: :func:`_join_assistant_texts`; text written
+  after its ``tool_use`` blocks renders before the calls, where the template writes a turn's text),
+  ``thinking`` blocks its ``reasoning_content`` (the ``signature`` is not checked, nor required;
   ``redacted_thinking`` blocks are dropped: their data is another model's) and ``tool_use``
-  blocks its ``tool_calls`` (``input`` as the JSON arguments, the block's ``id`` as the call id).
+  blocks its ``tool_calls`` (``input``, required and a JSON object, as the JSON arguments, the
+  block's ``id`` as the call id).
   A final assistant message is a *prefill*: the answer continues it (the chat route's
   ``continue_final_message``); it cannot hold ``tool_use`` blocks. Images and documents are a 400
   (the model reads text only).
@@ -201,6 +204,18 @@ def _unsupported_block(kind: Any, field: str, role: str) -> RequestError:
     return _error(f"{field}.type", f"a {role} message takes {allowed} blocks; got {kind!r}.")
 
 
+def _join_assistant_texts(texts: Sequence[str]) -> str:
+    """The content of an assistant message's ``text`` blocks in order: each block after the first
+    non-empty one follows a :data:`BLOCK_SEPARATOR`, so empty blocks before any text (Claude Code
+    replays ``{"type": "text", "text": ""}`` ahead of its text and calls) add nothing, as DeepSeek's
+    own Messages converter joins them; later empty blocks keep their separator, as there
+    (``thinking`` blocks are joined by the separator throughout, as there too)."""
+    out = ""
+    for text in texts:
+        out = out + BLOCK_SEPARATOR + text if out else text
+    return out
+
+
 def _assistant_message(blocks: Sequence[Any], field: str) -> dict[str, Any]:
     texts, thinking, calls = [], [], []
     for where, b in _content_blocks(blocks, field):
@@ -214,14 +229,16 @@ def _assistant_message(blocks: Sequence[Any], field: str) -> dict[str, Any]:
         elif kind == "tool_use":
             call_id = _block_str(b, "id", where, non_empty=True)
             name = _block_str(b, "name", where, non_empty=True)
-            args = b.get("input", {})
+            if "input" not in b:  # Anthropic's API and DeepSeek's Messages converter require it
+                raise _error(f"{where}.input", "Field required (the call's arguments, a JSON object).")
+            args = b["input"]
             if not isinstance(args, Mapping):
                 raise _error(f"{where}.input", "must be a JSON object.")
             fn = {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}
             calls.append({"id": call_id, "type": "function", "function": fn})
         else:
             raise _unsupported_block(kind, where, "assistant")
-    msg: dict[str, Any] = {"role": "assistant", "content": BLOCK_SEPARATOR.join(texts)}
+    msg: dict[str, Any] = {"role": "assistant", "content": _join_assistant_texts(texts)}
     if thinking:
         msg["reasoning_content"] = BLOCK_SEPARATOR.join(thinking)
     if calls:

@@ -7,9 +7,11 @@ this order, a ``thinking`` block (the reasoning, with an opaque ``signature``), 
 JSON object; a call cut by ``max_tokens`` has the arguments that parse so far, as the
 ``anthropic`` client's stream accumulator reads a cut ``input_json_delta`` stream: an unfinished
 string is left out); answer text written after the calls is a ``text`` block after them, where
-the stream sends it; a generation stopped inside a call (EOS, a stop sequence) made no call: its
+the stream sends it, without the whitespace that separated it from the calls (the block
+boundary separates it); a generation stopped inside a call (EOS, a stop sequence) made no call: its
 text is the ``text`` block, as on chat completions (streamed, the ``tool_use`` block of the
-call's first deltas went out already and is followed by that text). ``stop_reason``:
+call's first deltas went out already and is followed by that text; its ``input_json_delta``
+fragments stop before one that would make its arguments no JSON, :meth:`MessageEvents.call`). ``stop_reason``:
 ``tool_use`` after whole calls, ``max_tokens`` when the token limit (or the context) ended the
 generation, ``stop_sequence`` (and ``stop_sequence`` set) when one of the request's
 ``stop_sequences`` did, else ``end_turn``.
@@ -51,6 +53,7 @@ from sglang_v4.entrypoints.anthropic.protocol import (
 from sglang_v4.entrypoints.openai.serving_chat import ChoiceOutput
 from sglang_v4.entrypoints.openai.tool_calls import partial_json_object
 from sglang_v4.entrypoints.openai.tool_parser import ParsedToolCall, ToolCallDelta
+from sglang_v4.entrypoints.strict_json import JsonObjectPrefixReader
 
 __all__ = [
     "PING_EVENT",
@@ -89,7 +92,10 @@ def message_content(out: ChoiceOutput) -> list[ContentBlock]:
     if before:
         blocks.append(TextBlock(text=before))
     blocks += [_tool_use(c) for c in out.tool_calls]
-    if before is not content and after:  # text written after the calls stays after them
+    # text written after the calls stays after them, in a block of its own: the block boundary
+    # is its separator from the text before the calls, so its leading whitespace is left out
+    after = after.lstrip() if before is not content else ""
+    if after:
         blocks.append(TextBlock(text=after))
     return blocks
 
@@ -171,6 +177,8 @@ class MessageEvents:
         self.n_blocks = 0
         self.open: Any = None  # "thinking", "text" or ("tool_use", call index)
         self.thinking = ""
+        self.after_call = False  # a tool_use block was opened: a text block next starts stripped
+        self.arguments = JsonObjectPrefixReader()  # the open tool_use block's arguments so far
 
     def start(self) -> list[bytes]:
         """``message_start`` and a ``ping``."""
@@ -199,6 +207,8 @@ class MessageEvents:
 
     def text(self, text: str) -> list[bytes]:
         """The events of an answer text delta (opens a ``text`` block when another is open)."""
+        if self.open != "text" and self.after_call:
+            text = text.lstrip()  # as message_content: the block boundary separates the texts
         if not text:
             return []
         out = [] if self.open == "text" else self._open("text", {"type": "text", "text": ""})
@@ -206,7 +216,15 @@ class MessageEvents:
 
     def call(self, d: ToolCallDelta) -> list[bytes]:
         """The events of a tool-call delta: its first one (``name`` set) opens a ``tool_use``
-        block (``input`` ``{}``), argument fragments are ``input_json_delta`` events."""
+        block (``input`` ``{}``), argument fragments are ``input_json_delta`` events.
+
+        A fragment after which the block's arguments can no longer begin a JSON object (a
+        ``string="false"`` value the model spelled as no JSON, ``{"days": three``: a malformed
+        call, dropped from the whole message, whose first deltas went out already) is not sent,
+        nor is anything after it: Anthropic clients parse the accumulated ``partial_json`` after
+        every delta (the ``anthropic`` client raises on text no continuation makes JSON), so the
+        block ends with the arguments that parsed (:class:`~..strict_json.JsonObjectPrefixReader`).
+        """
         key = ("tool_use", d.index)
         out: list[bytes] = []
         if self.open != key:
@@ -214,7 +232,9 @@ class MessageEvents:
                 return out
             block = {"type": "tool_use", "id": tool_use_id(d.id), "name": d.name, "input": {}}
             out += self._open(key, block)
-        if d.arguments:
+            self.after_call = True
+            self.arguments = JsonObjectPrefixReader()
+        if d.arguments and self.arguments.feed(d.arguments):
             out.append(self._delta({"type": "input_json_delta", "partial_json": d.arguments}))
         return out
 

@@ -88,7 +88,16 @@ class MessageParam(_Req):
     """One input message: ``role`` ``user``, ``assistant`` or ``system`` (the Anthropic SDK's
     ``SystemMessageParam``: an instruction at its place in the conversation, ``content`` a string
     or ``text`` blocks), ``content`` a string or a list of content blocks (read by
-    :mod:`.messages_input`)."""
+    :mod:`.messages_input`).
+
+    ``role`` is compared case-sensitively: ``"User"`` or ``"ASSISTANT"`` is a 400 naming
+    ``messages.N.role`` (``Input should be 'user', 'assistant' or 'system'``), unlike on
+    ``/v1/chat/completions``, which lowercases roles as SGLang's chat route does
+    (sgl-project/sglang#7499). Anthropic's API takes ``role`` as a lowercase enum and answers
+    another spelling with that 400, the ``anthropic`` client's message types only hold the
+    lowercase values, and SGLang's Messages route (a ``Literal`` role) and DeepSeek's own
+    Messages converter (``deepseek-recipe``) refuse it too.
+    """
 
     role: Literal["user", "assistant", "system"]
     content: str | list[Any]

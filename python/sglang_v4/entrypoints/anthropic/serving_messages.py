@@ -267,7 +267,11 @@ class AnthropicServing:
     async def _stream(self, req: MessagesRequest, run: ChatRun, raw: Request) -> Response:
         gen, first = await self.chat._run_stream(run.obj, raw)
         plan = run.plan
-        rp = ReasoningParser(implicit_end=plan.reasoning.implicit_end) if run.separate else None
+        rp = (
+            ReasoningParser(implicit_end=plan.reasoning.implicit_end, continued=plan.reasoning.continued)
+            if run.separate
+            else None
+        )
         st = _ChoiceStream(rp, plan.tool_reader(TOOL_CALL_PARSERS[self.chat.tool_call_parser]))
         cache_report = self.chat.enable_cache_report
 

@@ -30,7 +30,7 @@ after the reasoning. The response and stream builders are in :mod:`.serving_chat
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sglang_v4.entrypoints.chat_encoding import (
@@ -436,6 +436,9 @@ class ChatPrepareMixin(OpenAIServingBase):
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
         # a block ends the reasoning with the tools withheld too (it is then cut off the answer)
         spec = reasoning_spec(self.reasoning_parser, thinking, f"<{DSML}{block}>" if functions else None)
+        if spec.separate and (req.continue_final_message or req.messages[-1].prefix):
+            # the output continues the final turn's open reasoning (_render): no fresh block
+            spec = replace(spec, continued=msgs[-1].get("role") == "assistant")
         schemas = {fn["name"]: fn.get("parameters") for fn in functions}
         plan = ChatPlan(
             rendered.text,

@@ -9,6 +9,10 @@ size (:data:`DEFAULT_MAX_FILE_BYTES`, or ``SGLANG_V4_MAX_FILE_BYTES``); an uploa
 refused before anything is written. The files a batch writes are not bounded: they hold answers
 already computed for a batch the server accepted. The store is used from the server's event loop; the disk
 writes are small relative to a batch's work and are done inline.
+
+A file may be given a lifetime (OpenAI's ``expires_after``: its ``expires_at`` is ``created_at`` +
+the seconds); once that time is reached the file is gone, as if deleted: it is no longer listed,
+retrieved or read, and its content is removed from disk at the next store access.
 """
 
 from __future__ import annotations
@@ -90,13 +94,22 @@ class FileStore:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def create(self, content: bytes, filename: str, purpose: str, bounded: bool = True) -> FileObject:
+    def create(
+        self,
+        content: bytes,
+        filename: str,
+        purpose: str,
+        bounded: bool = True,
+        expires_after_s: int | None = None,
+    ) -> FileObject:
         """Store ``content`` as a new file.
 
         Args:
             bounded: refuse content over ``max_file_bytes`` (an upload). A batch's output and
                 error files pass False: their size follows from the batch the server accepted,
                 and refusing them would throw away answers already computed.
+            expires_after_s: the file's lifetime in seconds from its creation (its
+                ``expires_at``); None: kept until deleted.
 
         Raises:
             FileTooLargeError: ``bounded`` and ``content`` is over ``max_file_bytes`` (nothing is
@@ -117,20 +130,37 @@ class FileStore:
             if os.path.exists(path):
                 os.remove(path)
             raise
+        created = now_s()
         obj = FileObject(
-            id=file_id, bytes=len(content), created_at=now_s(), filename=filename, purpose=purpose
+            id=file_id,
+            bytes=len(content),
+            created_at=created,
+            filename=filename,
+            purpose=purpose,
+            expires_at=None if expires_after_s is None else created + expires_after_s,
         )
         self._counter += 1
         self._entries[file_id] = _Entry(obj, path, self._counter)
         return obj
 
+    def _drop_expired(self) -> None:
+        """Delete the files whose ``expires_at`` has been reached."""
+        now = now_s()
+        expired = [
+            k for k, e in self._entries.items() if e.obj.expires_at is not None and e.obj.expires_at <= now
+        ]
+        for file_id in expired:
+            self._remove(file_id)
+
     def get(self, file_id: str) -> FileObject | None:
-        """The file object, or None for an unknown id."""
+        """The file object, or None for an unknown (or expired) id."""
+        self._drop_expired()
         entry = self._entries.get(file_id)
         return entry.obj if entry is not None else None
 
     def read(self, file_id: str) -> bytes | None:
-        """The file's content, or None for an unknown id."""
+        """The file's content, or None for an unknown (or expired) id."""
+        self._drop_expired()
         entry = self._entries.get(file_id)
         if entry is None:
             return None
@@ -138,7 +168,11 @@ class FileStore:
             return f.read()
 
     def delete(self, file_id: str) -> bool:
-        """Remove a file (its content from disk); whether it was there."""
+        """Remove a file (its content from disk); whether it was there (an expired file was not)."""
+        self._drop_expired()
+        return self._remove(file_id)
+
+    def _remove(self, file_id: str) -> bool:
         entry = self._entries.pop(file_id, None)
         if entry is None:
             return False
@@ -153,7 +187,8 @@ class FileStore:
     ) -> tuple[list[FileObject], bool]:
         """A page of files (OpenAI's ``GET /v1/files``): those of ``purpose`` (all when None), sorted
         by creation (``order`` ``asc`` / ``desc``), starting after the file ``after`` (an unknown
-        id: from the start). Returns ``(files, has_more)``."""
+        id: from the start); expired files are left out. Returns ``(files, has_more)``."""
+        self._drop_expired()
         entries = sorted(self._entries.values(), key=lambda e: e.order, reverse=(order == "desc"))
         if purpose is not None:
             entries = [e for e in entries if e.obj.purpose == purpose]

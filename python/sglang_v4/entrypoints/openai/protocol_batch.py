@@ -30,6 +30,10 @@ __all__ = [
     "BatchObject",
     "BatchList",
     "BatchCreateRequest",
+    "FILE_EXPIRY_MIN_S",
+    "FILE_EXPIRY_MAX_S",
+    "DEFAULT_BATCH_FILE_EXPIRY_S",
+    "ExpiresAfter",
     "BatchOutputResponse",
     "BatchOutputLine",
     "new_object_id",
@@ -44,6 +48,13 @@ BATCH_COMPLETION_WINDOWS = ("24h",)
 #: The purposes a client may upload a file for (OpenAI's upload purposes); ``batch_output`` is
 #: written by the server only.
 FILE_PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
+
+#: OpenAI's bounds on ``expires_after.seconds`` / ``output_expires_after.seconds``: 1 hour to 30 days.
+FILE_EXPIRY_MIN_S = 3600
+FILE_EXPIRY_MAX_S = 30 * 24 * 3600
+#: OpenAI's default lifetime of a file uploaded with ``purpose=batch`` (seconds); files of the
+#: other purposes, and a batch's output / error files, are kept until deleted unless given one.
+DEFAULT_BATCH_FILE_EXPIRY_S = FILE_EXPIRY_MAX_S
 
 BatchStatus = Literal[
     "validating", "failed", "in_progress", "finalizing", "completed", "expired", "cancelling", "cancelled"
@@ -215,9 +226,21 @@ class BatchList(BaseModel):
     has_more: bool = False
 
 
+class ExpiresAfter(BaseModel):
+    """OpenAI's file expiration policy (``expires_after`` of ``POST /v1/files``,
+    ``output_expires_after`` of ``POST /v1/batches``): the file expires ``seconds`` after its own
+    ``created_at`` (the only anchor), ``seconds`` in [:data:`FILE_EXPIRY_MIN_S`,
+    :data:`FILE_EXPIRY_MAX_S`]."""
+
+    anchor: Literal["created_at"]
+    seconds: int = Field(ge=FILE_EXPIRY_MIN_S, le=FILE_EXPIRY_MAX_S)
+
+
 class BatchCreateRequest(BaseModel):
     """The body of ``POST /v1/batches`` (checked further by the route: the endpoint, the window,
-    the file). ``metadata``: at most 16 string pairs (keys up to 64 characters, values up to 512)."""
+    the file). ``metadata``: at most 16 string pairs (keys up to 64 characters, values up to 512).
+    ``output_expires_after``: the lifetime of the output and error files the batch writes (from
+    each file's own creation; without it they are kept until deleted)."""
 
     input_file_id: str
     #: the schema lists the route's choices (:data:`BATCH_ENDPOINTS`); validation takes any string
@@ -225,6 +248,7 @@ class BatchCreateRequest(BaseModel):
     endpoint: str = Field(json_schema_extra={"enum": list(BATCH_ENDPOINTS)})
     completion_window: str = Field(json_schema_extra={"enum": list(BATCH_COMPLETION_WINDOWS)})
     metadata: dict[str, str] | None = None
+    output_expires_after: ExpiresAfter | None = None
 
 
 class BatchOutputResponse(BaseModel):

@@ -11,7 +11,15 @@ from __future__ import annotations
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from sglang_v4.entrypoints.openai.protocol_base import (
     FinishReasonStr,
@@ -54,6 +62,16 @@ class ChatMessageParam(_Req):
     both, sends them equal - else a ``ValueError`` naming both fields (HTTP 400). ``prefix: true``
     on the final assistant message is DeepSeek's chat prefix completion: that message is continued
     (as ``continue_final_message``).
+
+    An assistant message's ``thinking`` / ``reasoning`` content parts (SGLang's thinking part,
+    ``{"type": "thinking", "thinking": ...}`` or ``{..., "text": ...}``; Mistral's ``thinking``
+    chunk with a list of text chunks) are its reasoning: read into ``reasoning_content`` (joined by
+    a blank line) and taken out of ``content``; given beside a different ``reasoning_content``, a
+    ``ValueError``. In other roles such a part is refused as any non-text part is.
+
+    ``role`` is read case-insensitively (``"SYSTEM"``, ``"Assistant"``, ``"USER"``: clients such as
+    Spring AI send enum names), as SGLang reads it since sgl-project/sglang#7499; any other value is
+    a 400 naming ``messages.N.role``.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -67,6 +85,11 @@ class ChatMessageParam(_Req):
     tool_call_id: str | None = None
     prefix: bool = False
 
+    @field_validator("role", mode="before")
+    @classmethod
+    def _role_case(cls, v: Any) -> Any:
+        return v.lower() if isinstance(v, str) else v
+
     @model_validator(mode="after")
     def _reasoning_alias(self) -> ChatMessageParam:
         if self.reasoning_content is None:
@@ -78,6 +101,56 @@ class ChatMessageParam(_Req):
             )
         self.reasoning = None  # one field downstream: the encoders read reasoning_content
         return self
+
+    @model_validator(mode="after")
+    def _thinking_parts(self) -> ChatMessageParam:
+        if self.role != "assistant" or not isinstance(self.content, list):
+            return self  # elsewhere a thinking part is refused with the other non-text parts
+        thoughts: list[str] = []
+        rest: list[Any] = []
+        for i, part in enumerate(self.content):
+            if not (isinstance(part, dict) and part.get("type") in THINKING_PART_TYPES):
+                rest.append(part)
+                continue
+            thoughts.append(_thinking_part_text(part, i))
+        if not thoughts:
+            return self
+        text = "\n\n".join(thoughts)
+        if self.reasoning_content is not None and self.reasoning_content != text:
+            raise ValueError(
+                "the thinking content parts and reasoning_content of an assistant message differ: "
+                "give the reasoning once"
+            )
+        self.reasoning_content = text
+        self.content = rest or None
+        return self
+
+
+#: The content part types of an assistant message's reasoning (SGLang's thinking part; Mistral's
+#: ``thinking`` chunk), read into ``reasoning_content``.
+THINKING_PART_TYPES = ("thinking", "reasoning")
+
+
+def _thinking_part_text(part: dict[str, Any], i: int) -> str:
+    """The text of thinking content part ``i``: its ``thinking`` or its ``text`` (exactly one, as
+    SGLang reads the part), ``thinking`` a string or Mistral's list of text chunks (joined).
+
+    Raises:
+        ValueError: neither or both given, or not text; names the part.
+    """
+    where = f"content[{i}]"
+    given = [k for k in ("thinking", "text") if part.get(k) is not None]
+    if len(given) != 1:
+        raise ValueError(f"{where}: a thinking part needs exactly one of 'thinking' or 'text'")
+    value = part[given[0]]
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(
+        isinstance(c, dict) and c.get("type", "text") == "text" and isinstance(c.get("text"), str)
+        for c in value
+    ):
+        return "".join(c["text"] for c in value)
+    raise ValueError(f"{where}.{given[0]} must be a string or a list of text chunks")
 
 
 class ChatCompletionRequest(_SamplingExtras, VllmChatFields):

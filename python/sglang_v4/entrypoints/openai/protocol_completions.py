@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from sglang_v4.entrypoints.openai.protocol_base import (
     FinishReasonStr,
@@ -58,6 +58,15 @@ class CompletionRequest(_SamplingExtras, VllmCompletionFields):
     top_p: float | None = 1.0
     user: str | None = None
     response_format: dict[str, Any] | None = None
+
+    @field_validator("logprobs", mode="before")
+    @classmethod
+    def _logprobs_boolean(cls, v: Any) -> Any:
+        """A boolean ``logprobs`` (chat's spelling, which clients and proxies send here too) is
+        read as SGLang and vLLM read it: ``true`` is 1, ``false`` is 0 (their lax integer
+        validation). Only this field: elsewhere a boolean for a number stays a 400
+        (:func:`~.request_errors.validate_request`)."""
+        return int(v) if isinstance(v, bool) else v
 
 
 class LogProbs(BaseModel):

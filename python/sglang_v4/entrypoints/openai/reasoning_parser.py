@@ -3,11 +3,15 @@
 
 In V4 thinking mode the prompt ends with ``<think>``, so generation starts inside the reasoning
 block and the first ``</think>`` ends it (SGLang's DeepSeek detectors behave the same way). A stray
-leading ``<think>`` is dropped and the newlines right after ``</think>`` are removed from the
-content; other whitespace there (a space, a tab) is the answer's text, as DeepSeek's response parser
-(``deepseek-recipe``) reads it: the next turn's prompt renders ``reasoning + "</think>" + content``,
-which then repeats what the model wrote (SGLang strips all whitespace there, and the prompt loses
-it).
+leading ``<think>`` is dropped. Newlines are trimmed as DeepSeek's response parser
+(``deepseek-recipe``) trims them: those at the start of the reasoning and right before
+``</think>`` leave ``reasoning_content`` (jundot/omlx#3667: a reasoning that starts with the
+model's newline shows an empty first line; a reasoning cut without ``</think>`` keeps its trailing
+ones, nothing says they were its last, and one continuing a reasoning the prompt began keeps its
+leading ones), and those right after ``</think>`` leave the content.
+Other whitespace there (a space, a tab) is text, as DeepSeek's parser reads it: the next turn's
+prompt renders ``reasoning + "</think>" + content``, which then repeats what the model wrote
+(SGLang strips all whitespace after the tag, and the prompt loses it).
 The streaming parser holds back a tail that could be the start of an end marker split across
 chunks. The parsers, by SGLang's names (:data:`REASONING_PARSERS`):
 
@@ -105,11 +109,14 @@ class ReasoningSpec:
         separate: the output starts inside a reasoning block (split it at all).
         implicit_end: markers that end the reasoning without ``</think>`` (kept in the content).
         unterminated_stop_is_content: a generation that stops without ``</think>`` is content.
+        continued: the output continues a reasoning the prompt already began (prefix completion
+            of a turn holding only ``reasoning_content``): its leading newlines are its text.
     """
 
     separate: bool
     implicit_end: tuple[str, ...] = ()
     unterminated_stop_is_content: bool = False
+    continued: bool = False
 
 
 def reasoning_spec(parser: str, thinking: bool, tool_block_start: str | None = None) -> ReasoningSpec:
@@ -129,7 +136,10 @@ def reasoning_spec(parser: str, thinking: bool, tool_block_start: str | None = N
 
 
 def split_reasoning(
-    text: str, implicit_end: tuple[str, ...] = (), unterminated_is_content: bool = False
+    text: str,
+    implicit_end: tuple[str, ...] = (),
+    unterminated_is_content: bool = False,
+    continued: bool = False,
 ) -> tuple[str | None, str]:
     """Non-streaming split of a full completion.
 
@@ -137,13 +147,14 @@ def split_reasoning(
         text: the generated text.
         implicit_end: see :class:`ReasoningSpec`.
         unterminated_is_content: without an end marker the text is the answer (else reasoning).
+        continued: see :class:`ReasoningSpec`.
 
     Returns:
         ``(reasoning_content, content)``; ``reasoning_content`` is ``None`` when empty. Without an
         end marker the whole text is reasoning and ``content`` is ``""`` (or the reverse with
         ``unterminated_is_content``).
     """
-    p = ReasoningParser(implicit_end=implicit_end)
+    p = ReasoningParser(implicit_end=implicit_end, continued=continued)
     r1, c1 = p.feed(text)
     r2, c2 = p.flush()
     reasoning, content = r1 + r2, c1 + c2
@@ -161,15 +172,22 @@ class ReasoningParser:
         in_reasoning: still inside the reasoning block (no end marker seen yet).
         implicit_end: markers that also end the reasoning; they stay at the start of the content.
             With them, ASCII-bar DSML tag starts are read as fullwidth ones (module docstring).
+        continued: the output continues a reasoning the prompt began: its leading newlines are
+            kept (:class:`ReasoningSpec`).
     """
 
     stream_reasoning: bool = True
     in_reasoning: bool = True
     implicit_end: tuple[str, ...] = ()
+    continued: bool = False
     _buf: str = ""
     _held_reasoning: str = ""
     _started: bool = False
     _strip_content_ws: bool = False
+    #: a reasoning character other than a newline has been returned (leading newlines are dropped)
+    _reasoning_begun: bool = False
+    #: a trailing run of newlines of the reasoning, held until the next character decides
+    _held_newlines: str = ""
     #: after an implicit end: the end marker of that block (``</｜DSML｜tool_calls>``) while it is
     #: awaited, then ``""`` while a late ``</think>`` right after it may still come; None: neither
     _late_tag_after: str | None = None
@@ -211,6 +229,7 @@ class ReasoningParser:
                     keep += len(head) - len(head.rstrip())
                 reasoning = self._buf[: len(self._buf) - keep]
                 self._buf = self._buf[len(self._buf) - keep :]
+            reasoning = self._trim_reasoning(reasoning, ended=not self.in_reasoning)
             if not self.stream_reasoning:
                 self._held_reasoning += reasoning
                 reasoning = ""
@@ -224,6 +243,19 @@ class ReasoningParser:
                 if content:
                     self._strip_content_ws = False
         return reasoning, content
+
+    def _trim_reasoning(self, reasoning: str, ended: bool) -> str:
+        """``reasoning`` (the next piece of the reasoning text) without the reasoning's leading
+        newlines, and without its trailing ones once it has ``ended`` (module docstring); a
+        trailing run of newlines of an unended reasoning is held until the next piece."""
+        text, self._held_newlines = self._held_newlines + reasoning, ""
+        if not (self._reasoning_begun or self.continued):
+            text = text.lstrip("\n")
+            self._reasoning_begun = bool(text)
+        body = text.rstrip("\n")
+        if not ended:
+            self._held_newlines = text[len(body) :]
+        return body
 
     def _late_tag_content(self) -> str:
         """Content of the buffer after an implicit end, without a late ``</think>`` right after the
@@ -268,9 +300,9 @@ class ReasoningParser:
             if rest.startswith(THINK_START):
                 rest = rest[len(THINK_START) :]
             self._started = True
-        if self.in_reasoning:
-            out = self._held_reasoning + rest
-            self._held_reasoning = ""
+        if self.in_reasoning:  # cut without an end: trailing newlines are the reasoning's text
+            out = self._held_reasoning + self._trim_reasoning(rest, ended=False) + self._held_newlines
+            self._held_reasoning = self._held_newlines = ""
             return out, ""
         return "", rest.lstrip("\n") if self._strip_content_ws else rest
 

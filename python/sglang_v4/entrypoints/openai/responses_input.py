@@ -69,7 +69,7 @@ __all__ = [
     "responses_tools",
 ]
 
-#: Roles of Responses message items.
+#: Roles of Responses message items, compared case-sensitively (:func:`_role_error` says why).
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
 #: Tool types served in ``tools`` (built-in tools are refused: :func:`responses_tools`).
 TOOL_TYPES = ("function", "custom")
@@ -82,6 +82,26 @@ REASONING_SUMMARIES = (None, "auto", "concise", "detailed")
 
 def _error(message: str, param: str) -> RequestError:
     return RequestError(message, 400, param=param)
+
+
+def _role_error(role: Any, field: str) -> RequestError:
+    """The 400 of a message item whose ``role`` is none of :data:`MESSAGE_ROLES`, naming
+    ``input[i].role``.
+
+    Roles are read case-sensitively here, unlike on ``/v1/chat/completions``
+    (:class:`~.protocol_chat.ChatMessageParam` lowercases them, as SGLang's chat route does since
+    sgl-project/sglang#7499, for clients that send chat roles as enum names). In OpenAI's
+    Responses API ``role`` is a lowercase enum (``EasyInputMessageParam``: ``user``,
+    ``assistant``, ``system``, ``developer``) and OpenAI answers any other spelling with a 400
+    naming ``input[i].role``; the ``openai`` client only sends those values, vLLM validates
+    ``input`` against the client's own item types (so ``"Assistant"`` fails there too), and
+    DeepSeek's own Responses converter (``deepseek-recipe``) refuses it as an unknown variant.
+    So a role in another case is a 400 whose message names the lowercase spelling to send.
+    """
+    msg = f"{field}.role must be one of {', '.join(MESSAGE_ROLES)}; got {role!r}."
+    if isinstance(role, str) and role.lower() in MESSAGE_ROLES:
+        msg += f" Roles are lowercase on this route, as in OpenAI's Responses API: send {role.lower()!r}."
+    return _error(msg, f"{field}.role")
 
 
 def _text(content: Any, field: str) -> str:
@@ -246,9 +266,7 @@ def _input_messages(items: str | Sequence[Any], history: Sequence[Mapping[str, A
         if kind == "message":
             role = item.get("role")
             if role not in MESSAGE_ROLES:
-                raise _error(
-                    f"{field}.role must be one of {', '.join(MESSAGE_ROLES)}; got {role!r}.", f"{field}.role"
-                )
+                raise _role_error(role, field)
             if item.get("content") is None:
                 raise _error(
                     f"{field}.content is required: a string or a list of content parts.", f"{field}.content"

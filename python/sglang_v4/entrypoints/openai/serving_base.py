@@ -223,18 +223,25 @@ class OpenAIServingBase:
         """404 unless ``model`` is a served name, ``"default"`` or the model path (or omitted),
         trailing ``/`` ignored on both sides: ``/x/model/`` names a server launched with
         ``/x/model`` and the other way round. The message is vLLM's sentence followed by the served
-        name (``--served-model-name``), so a request copied from a recipe that names another model
-        id says what to send instead."""
+        name (``--served-model-name``), or every served name when there are several (the ids
+        ``/v1/models`` lists), so a request copied from a recipe that names another model id says
+        what to send instead."""
         accepted = {self.model_name, *self.model_names, "default"}
         mp = getattr(self.args, "model_path", None)
         if mp:
             accepted |= {str(mp), os.path.normpath(str(mp))}
         if model is not None and _strip_slash(model) not in {_strip_slash(a) for a in accepted}:
             raise RequestError(
-                f"The model `{model}` does not exist. The served model name is `{self.model_name}`.",
-                404,
-                param="model",
+                f"The model `{model}` does not exist. {self._served_names_sentence()}", 404, param="model"
             )
+
+    def _served_names_sentence(self) -> str:
+        """The sentence of the model-not-found 404 that names what to send: the served name, or
+        every served name (``--served-model-name a b``) in ``/v1/models``'s order."""
+        names = list(dict.fromkeys([self.model_name, *self.model_names]))
+        if len(names) == 1:
+            return f"The served model name is `{names[0]}`."
+        return "The served model names are " + ", ".join(f"`{n}`" for n in names) + "."
 
     async def _parse(self, request: Request, cls: type[BaseModel]) -> Any:
         """Decode the body as strict JSON (orjson: no NaN/Infinity, no lone surrogates, nesting

@@ -104,6 +104,8 @@ class _BatchRun:
     cancelled: bool = False
     #: The error message of the requests a cancel left unfinished.
     cancel_message: str = CANCELLED_LINE_MSG
+    #: The lifetime (seconds) of the output and error files (``output_expires_after``); None: kept.
+    output_expires_s: int | None = None
 
 
 def _internal_request(path: str, body: bytes) -> StarletteRequest:
@@ -174,8 +176,9 @@ class BatchMixin(FilesMixin):
     # ------------------------------------------------------------------ routes
     async def create_batch(self, request: Request) -> Response:
         """``POST /v1/batches``: check the body (400 naming ``endpoint``, ``completion_window``,
-        ``metadata`` or ``input_file_id``; 404 for an unknown file) and start the batch; the batch
-        object (status ``validating``)."""
+        ``metadata``, ``output_expires_after`` or ``input_file_id``; 404 for an unknown file) and
+        start the batch; the batch object (status ``validating``). ``output_expires_after`` sets the
+        ``expires_at`` of the output and error files (from their own creation)."""
 
         async def handle() -> Response:
             req: BatchCreateRequest = validate_request(BatchCreateRequest, await read_json_object(request))
@@ -208,7 +211,8 @@ class BatchMixin(FilesMixin):
                 expires_at=created + _BATCH_WINDOW_S,
                 metadata=req.metadata,
             )
-            run = _BatchRun(batch)
+            expiry = req.output_expires_after
+            run = _BatchRun(batch, output_expires_s=None if expiry is None else expiry.seconds)
             self.batches[batch.id] = run
             snapshot = batch.model_dump()
             run.task = asyncio.get_running_loop().create_task(self._run_batch(run))
@@ -361,7 +365,9 @@ class BatchMixin(FilesMixin):
             for rows, kind in ((out, "output"), (err, "error")):
                 if rows:
                     name = f"{batch.id}_{kind}.jsonl"
-                    written.append(store.create(b"\n".join(rows) + b"\n", name, "batch_output", False).id)
+                    content = b"\n".join(rows) + b"\n"
+                    obj = store.create(content, name, "batch_output", False, run.output_expires_s)
+                    written.append(obj.id)
         except BaseException:  # a failed write leaves no file of this batch behind
             for file_id in written:
                 store.delete(file_id)

@@ -400,7 +400,9 @@ class ChatMixin(ChatStreamMixin):
                 and fr == "stop"
                 and not plan.ended_by_marker(matched)
             )
-            reasoning, text = split_reasoning(text, plan.reasoning.implicit_end, to_content)
+            reasoning, text = split_reasoning(
+                text, plan.reasoning.implicit_end, to_content, plan.reasoning.continued
+            )
             reasoning = scrub_dsml(reasoning) if reasoning else reasoning  # no DSML tag in it
             reasoning_tokens = self._reasoning_tokens(ret.get("output_ids") or [], reasoning)
         calls: list[ParsedToolCall] = []

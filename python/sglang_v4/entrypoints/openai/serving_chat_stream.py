@@ -229,7 +229,9 @@ class ChatStreamMixin(ChatPrepareMixin):
             rp = None
             if separate:
                 rp = ReasoningParser(
-                    stream_reasoning=req.stream_reasoning, implicit_end=plan.reasoning.implicit_end
+                    stream_reasoning=req.stream_reasoning,
+                    implicit_end=plan.reasoning.implicit_end,
+                    continued=plan.reasoning.continued,
                 )
             return _ChoiceStream(rp, plan.tool_reader(block))
 

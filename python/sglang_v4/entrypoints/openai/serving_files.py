@@ -4,8 +4,9 @@ the :class:`~.file_store.FileStore` (``--file-storage-path``).
 
 The upload is parsed with the standard library's MIME parser (``email``, RFC 7578 form data is a
 MIME multipart body); a body over the store's file bound is refused with a 413 naming the limit
-before it is parsed. An unknown file id is a 404 in OpenAI's error shape; bad list parameters a
-400 naming the parameter.
+before it is parsed. An unknown (or expired) file id is a 404 in OpenAI's error shape; bad list
+parameters a 400 naming the parameter. Files expire as OpenAI's do (``expires_after``; a
+``purpose=batch`` upload after 30 days by default).
 """
 
 from __future__ import annotations
@@ -18,12 +19,19 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from sglang_v4.entrypoints.openai.file_store import FileStore, FileTooLargeError, max_file_bytes_from_env
-from sglang_v4.entrypoints.openai.protocol_batch import FILE_PURPOSES, FileDeleted, FileList
+from sglang_v4.entrypoints.openai.protocol_batch import (
+    DEFAULT_BATCH_FILE_EXPIRY_S,
+    FILE_EXPIRY_MAX_S,
+    FILE_EXPIRY_MIN_S,
+    FILE_PURPOSES,
+    FileDeleted,
+    FileList,
+)
 from sglang_v4.entrypoints.openai.request_errors import RequestError, error_response
 from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang_v4.utils import run_blocking
 
-__all__ = ["FilesMixin", "parse_form_data", "MAX_FILES_LIST_LIMIT"]
+__all__ = ["FilesMixin", "parse_form_data", "upload_expiry_s", "MAX_FILES_LIST_LIMIT"]
 
 #: OpenAI's bound on ``limit`` of ``GET /v1/files``.
 MAX_FILES_LIST_LIMIT = 10000
@@ -56,6 +64,41 @@ def parse_form_data(content_type: str, body: bytes) -> dict[str, tuple[str | Non
         payload = part.get_payload(decode=True)
         parts[name] = (part.get_filename(), payload if isinstance(payload, bytes) else b"")
     return parts
+
+
+def upload_expiry_s(parts: dict[str, tuple[str | None, bytes]], purpose: str) -> int | None:
+    """The lifetime (seconds) of an uploaded file from the form's ``expires_after[anchor]`` and
+    ``expires_after[seconds]`` fields (how the ``openai`` client sends OpenAI's ``expires_after``);
+    without them OpenAI's default: :data:`DEFAULT_BATCH_FILE_EXPIRY_S` for ``purpose=batch``, None
+    (kept until deleted) for the other purposes.
+
+    Raises:
+        RequestError: 400 naming ``expires_after.anchor`` (missing or not ``created_at``) or
+            ``expires_after.seconds`` (missing, not an integer, or outside [3600, 2592000]).
+    """
+
+    def field(name: str) -> str | None:
+        part = parts.get(f"expires_after[{name}]")
+        return None if part is None else part[1].decode("utf-8", "replace").strip()
+
+    anchor, seconds = field("anchor"), field("seconds")
+    if anchor is None and seconds is None:
+        return DEFAULT_BATCH_FILE_EXPIRY_S if purpose == "batch" else None
+    if anchor != "created_at":
+        raise RequestError(
+            f"`expires_after.anchor` must be 'created_at'; got {anchor!r}.", param="expires_after.anchor"
+        )
+    bounds = f"an integer number of seconds between {FILE_EXPIRY_MIN_S} and {FILE_EXPIRY_MAX_S}"
+    if seconds is None or not seconds.isascii() or not seconds.isdigit():
+        raise RequestError(
+            f"`expires_after.seconds` must be {bounds}; got {seconds!r}.", param="expires_after.seconds"
+        )
+    value = int(seconds)
+    if not FILE_EXPIRY_MIN_S <= value <= FILE_EXPIRY_MAX_S:
+        raise RequestError(
+            f"`expires_after.seconds` must be {bounds}; got {value}.", param="expires_after.seconds"
+        )
+    return value
 
 
 def _query_int(request: Request, name: str, default: int, lo: int, hi: int) -> int:
@@ -99,8 +142,9 @@ class FilesMixin(OpenAIServingBase):
         return RequestError(f"No such File object: {file_id}", 404, param="file_id")
 
     async def create_file(self, request: Request) -> Response:
-        """``POST /v1/files``: store the form's ``file`` for ``purpose``; the new file object.
-        400 for a missing field or an unknown purpose, 413 for a file over the size bound."""
+        """``POST /v1/files``: store the form's ``file`` for ``purpose`` (with ``expires_after``,
+        :func:`upload_expiry_s`); the new file object. 400 for a missing field, an unknown purpose
+        or a bad ``expires_after``, 413 for a file over the size bound."""
 
         async def handle() -> Response:
             store = self.file_store
@@ -126,9 +170,10 @@ class FilesMixin(OpenAIServingBase):
                 )
             if "file" not in parts:
                 raise RequestError("`file` is required (a file part of the form).", param="file")
+            expires_after_s = upload_expiry_s(parts, purpose)
             filename, content = parts["file"]
             try:
-                obj = store.create(content, filename or "upload", purpose)
+                obj = store.create(content, filename or "upload", purpose, expires_after_s=expires_after_s)
             except FileTooLargeError as e:
                 raise RequestError(str(e), 413, param="file") from None
             return JSONResponse(obj.model_dump())

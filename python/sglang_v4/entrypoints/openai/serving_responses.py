@@ -476,7 +476,11 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         run = job.run
         gen, first = await self._run_stream(run.obj, raw)
         plan = run.plan
-        rp = ReasoningParser(implicit_end=plan.reasoning.implicit_end) if run.separate else None
+        rp = (
+            ReasoningParser(implicit_end=plan.reasoning.implicit_end, continued=plan.reasoning.continued)
+            if run.separate
+            else None
+        )
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
         tp = plan.tool_reader(block)
         read = _StreamRead(_ChoiceStream(rp, tp))

@@ -28,7 +28,10 @@ of a marker (``"<"``, ``"</｜DSML｜param"`` ...) and whitespace in front of th
 until the next characters decide. The newlines right before a block are its separator (the
 format's ``"\n\n"``) and are dropped with it; any other whitespace there (``"Done. \n\n<｜DSML｜..."``)
 is content, as DeepSeek's response parser (``deepseek-recipe``) reads it, so that the next turn's
-prompt, which renders ``content + "\n\n" + block``, repeats what the model wrote.
+prompt, which renders ``content + "\n\n" + block``, repeats what the model wrote. Whitespace right
+after a block is held too: dropped when the output ends there or nothing (or whitespace) came
+before the block, else kept as the separator of the text that follows it (``"Hi." block
+" More."`` -> ``"Hi. More."``, not two sentences run together; vllm-project/vllm#56184).
 
 A block still open at the end is *cut* when ``max_tokens`` ended the generation
 (:meth:`DsmlToolParser.finish` without ``stopped``), answered as OpenAI answers a function call cut
@@ -168,6 +171,7 @@ from sglang_v4.entrypoints.openai.dsml_grammar import (
 from sglang_v4.entrypoints.openai.dsml_grammar import (
     trailing_ws as _trailing_ws,
 )
+from sglang_v4.entrypoints.openai.dsml_malformed import DsmlMalformedMixin
 from sglang_v4.entrypoints.openai.tool_args_repair import (
     WRAPPER_KEYS,
 )
@@ -191,10 +195,11 @@ __all__ = [
 
 
 @dataclass
-class DsmlToolParser(DsmlArgumentsMixin):
+class DsmlToolParser(DsmlArgumentsMixin, DsmlMalformedMixin):
     """Streaming DSML tool-call parser (see the module docstring): the text, block and tag
     states here; a call's arguments, built while its values arrive, in
-    :class:`~.dsml_arguments.DsmlArgumentsMixin`.
+    :class:`~.dsml_arguments.DsmlArgumentsMixin`; malformed invokes and blocks dropped in
+    :class:`~.dsml_malformed.DsmlMalformedMixin`.
 
     Args:
         tool_names: names of the request's tools; a call of any other name makes its block
@@ -236,6 +241,7 @@ class DsmlToolParser(DsmlArgumentsMixin):
     _value_is_string: bool = True
     _value: str = ""
     _held_ws: str = ""
+    _text_tail: str = ""  # the last character of the content given out so far
     _coerce_types: frozenset[str] | None = None  # a string value to coerce (DsmlArgumentsMixin)
     _bars: DsmlBarNormalizer = field(default_factory=DsmlBarNormalizer)  # ASCII-bar tags read as fullwidth
 
@@ -284,7 +290,9 @@ class DsmlToolParser(DsmlArgumentsMixin):
         deltas: list[ToolCallDelta] = []
         while self._step(content, deltas):
             pass
-        return "".join(content), deltas
+        out = "".join(content)
+        self._text_tail = out[-1:] or self._text_tail
+        return out, deltas
 
     def finish(self, stopped: bool = False) -> tuple[str, list[ToolCallDelta]]:
         """End of generation: release held-back text; an open block is cut (module docstring).
@@ -356,46 +364,6 @@ class DsmlToolParser(DsmlArgumentsMixin):
         self._raw += piece
         return piece
 
-    def _drop_block(self) -> None:
-        """Malformed: the open block is dropped from here to its end (module docstring); the
-        invokes that closed before stay calls."""
-        self._forget_call()
-        self._state = _RAW
-        self.calls.extend(self._block_calls)
-        self._raw = ""
-        self._block_calls = []
-
-    def _drop_invoke(self, ended: bool = False) -> None:
-        """Malformed invoke of a wrapped block: dropped up to its closing tag (``ended``: read
-        already), the block goes on (module docstring). In a bare block: :meth:`_drop_block`."""
-        if self._bare:
-            self._drop_block()
-            return
-        self._forget_call()
-        self._state, self._skip_invoke = (_BLOCK, False) if ended else (_RAW, True)
-
-    def _forget_call(self) -> None:
-        """Mark the output malformed and drop the open call (recorded in
-        :attr:`dropped_calls` when its deltas went out)."""
-        self.malformed = True
-        if self._call is not None and not self._withheld:
-            self.dropped_calls.add(self._call.index)
-        self._call = None
-        self._held_ws = ""
-        self._hold = self._hold_undecided = self._withheld = False
-
-    def _unopen_bare(self, content: list[str]) -> None:
-        """A bare block's first invoke goes on as prose (text where its first parameter, JSON body
-        or closing tag belongs, or a malformed invoke tag): no block was opened; its text is
-        content (the tag itself is dropped there by :mod:`.dsml_markup`), nothing of it went out
-        as a call (module docstring)."""
-        content.append(self._raw)
-        if self._call is not None:
-            self._n_calls -= 1
-        self._raw, self._call, self._state, self._bare = "", None, _TEXT, False
-        self._hold = self._hold_undecided = self._withheld = False
-        self._cur_end = self.block_end
-
     def _skip_ws(self) -> None:
         n = len(self._buf) - len(self._buf.lstrip())
         if n:
@@ -417,14 +385,7 @@ class DsmlToolParser(DsmlArgumentsMixin):
         if st == _RAW and self._skip_invoke:  # a malformed invoke is dropped up to its end
             return self._skip_to_invoke_end()
         if st == _RAW:  # a malformed block is dropped up to its end
-            end = self.invoke_end if self._bare else self._cur_end
-            pos = self._buf.find(end)
-            if pos < 0:
-                self._buf = self._buf[len(self._buf) - _partial_suffix(self._buf, end) :]
-                return False
-            self._buf = self._buf[pos + len(end) :]
-            self._state, self._after_block = _TEXT, True
-            return True
+            return self._skip_to_block_end()
         if st == _TEXT:
             return self._step_text(content)
         if st in (_BLOCK, _INVOKE):
@@ -484,36 +445,23 @@ class DsmlToolParser(DsmlArgumentsMixin):
             return True
         return self._step_value(content, deltas)
 
-    def _skip_to_invoke_end(self) -> bool:
-        """Drop text up to the malformed invoke's closing tag (then the block goes on) or the
-        block's own closing tag, whichever comes first; False when more text is needed."""
-        ends = [(p, m) for m in (self.invoke_end, self._cur_end) if (p := self._buf.find(m)) >= 0]
-        if not ends:
-            keep = max(_partial_suffix(self._buf, self.invoke_end), _partial_suffix(self._buf, self._cur_end))
-            self._buf = self._buf[len(self._buf) - keep :]
-            return False
-        pos, end = min(ends)
-        self._buf = self._buf[pos + len(end) :]
-        self._skip_invoke = False
-        if end == self.invoke_end:
-            self._state = _BLOCK
-            return True
-        self.calls.extend(self._block_calls)
-        self._block_calls, self._raw = [], ""
-        self._state, self._after_block = _TEXT, True
-        return True
-
     def _step_text(self, content: list[str]) -> bool:
         buf = self._buf
         if self._after_block:
-            buf = buf.lstrip()
-            if not buf or (THINK_END.startswith(buf) and buf != THINK_END):
-                self._buf = buf  # all whitespace, or what may still become the stray ``</think>``
-                return False
-            if buf.startswith(THINK_END):  # the end of the thinking the block was written in
-                self._buf = buf[len(THINK_END) :]
+            # whitespace right after a block is held: dropped when the reply ends there (or at
+            # a stray ``</think>``), or when no text, or text ending in whitespace, came before
+            # the block; else kept when text follows, as the one separator between that text
+            # and the text before the block (``"Hi.<block> More."`` -> ``"Hi. More."``)
+            head = buf.lstrip()
+            if not head or (THINK_END.startswith(head) and head != THINK_END):
+                return False  # all whitespace, or what may still become the stray ``</think>``
+            if head.startswith(THINK_END):  # the end of the thinking the block was written in
+                self._buf = head[len(THINK_END) :]
                 return True
             self._after_block = False
+            tail = "".join(content)[-1:] or self._text_tail
+            if not tail or tail.isspace():
+                buf = self._buf = head
         wrapper = _WRAPPER_OPEN.search(buf)
         if wrapper is not None and wrapper.group(1) in ("invoke", "parameter"):
             wrapper = None  # not a wrapper: an invoke is looked for below
