@@ -50,6 +50,7 @@ from sglang_v4.entrypoints.anthropic.protocol import (
     anthropic_error_body,
     thinking_signature,
 )
+from sglang_v4.entrypoints.chat_encoding import EOS
 from sglang_v4.entrypoints.openai.serving_chat import ChoiceOutput
 from sglang_v4.entrypoints.openai.tool_calls import partial_json_object
 from sglang_v4.entrypoints.openai.tool_parser import ParsedToolCall, ToolCallDelta
@@ -60,6 +61,7 @@ __all__ = [
     "MessageEvents",
     "message_content",
     "message_usage",
+    "output_pieces",
     "prompt_usage",
     "stop_reason",
     "tool_input",
@@ -135,6 +137,27 @@ def message_usage(
         cache_creation_input_tokens=0,
         cache_read_input_tokens=cached,
     )
+
+
+def output_pieces(ret: dict[str, Any], sent: int) -> list[dict[str, Any]]:
+    """One engine output (``ret``: cumulative ``text``, ``meta_info``) as the outputs to read in
+    turn, ``sent`` characters of its text read already: one ending after each ``>`` of the new
+    text (a tag's end: ``</think>``, a DSML tag; unfinished, ``finish_reason`` ``None``), then
+    ``ret`` itself.
+
+    Read whole, an output that holds the end of a call and the text after it (a reply written in
+    one scheduler step, speculative decoding, ``--stream-interval``) gives its text and its call
+    deltas apart, and the order between them is lost: the text written after the calls would be
+    sent as a block before them (and a later argument fragment of an open call dropped). Cut at
+    tag ends, no piece holds text after a call's delta, so each piece's text goes before its
+    deltas, as the model wrote them. The EOS marker is dropped first, as the reader drops it.
+    """
+    text = str(ret.get("text", "")).replace(EOS, "")
+    cuts = [i + 1 for i in range(sent, len(text) - 1) if text[i] == ">"]
+    if not cuts:
+        return [ret]
+    meta = {**ret.get("meta_info", {}), "finish_reason": None}
+    return [{"text": text[:c], "meta_info": meta} for c in cuts] + [ret]
 
 
 def sse_event(name: str, data: dict[str, Any]) -> bytes:

@@ -47,6 +47,7 @@ from sglang_v4.entrypoints.anthropic.messages_output import (
     error_event,
     message_content,
     message_usage,
+    output_pieces,
     prompt_usage,
     stop_reason,
 )
@@ -278,10 +279,14 @@ class AnthropicServing:
         def step(events: MessageEvents, ret: dict[str, Any]) -> tuple[list[bytes], bool]:
             """The events of one engine output (cumulative text); ``True`` once it finished."""
             meta = ret.get("meta_info", {})
-            fr, matched, reasoning_d, content_d, tool_deltas = self.chat._read_output(st, ret, plan)
-            out = events.reasoning(reasoning_d) + events.text(content_d)
-            for d in tool_deltas:
-                out += events.call(d)
+            out: list[bytes] = []
+            # read piece by piece: the events keep the order the model wrote its blocks in when
+            # one output holds text after a call (a whole reply in one scheduler step)
+            for piece in output_pieces(ret, st.sent_text):
+                fr, matched, reasoning_d, content_d, tool_deltas = self.chat._read_output(st, piece, plan)
+                out += events.reasoning(reasoning_d) + events.text(content_d)
+                for d in tool_deltas:
+                    out += events.call(d)
             if fr is None:
                 return out, False
             if st.tools is not None and st.tools.calls_whole and fr == "stop":
