@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from sglang_v4.managers.req import Req
@@ -218,6 +218,56 @@ def preemption_victims(
     return eligible[:count]
 
 
+class BlockPages(Protocol):
+    """What :func:`preemption_makes_room` reads of the KV cache (``CacheManager`` has it)."""
+
+    page_size: int
+
+    def kv_block_counts(self) -> tuple[int, int, int]:
+        """``(available, evictable, used)`` block pages."""
+
+    def prefix_match_len(self, token_ids: Any) -> int:
+        """Tokens a prefix match of ``token_ids`` would hit now (read-only)."""
+
+
+def pages_left(req: Req, page_size: int) -> int:
+    """Block pages ``req`` lacks for its whole sequence (and for its next token if it will
+    decode one): what the scheduler reserves for a running request when admitting another."""
+    end = req.seq_len + (req.num_outputs + 1 < req.max_new_tokens)
+    return max(0, -(-end // page_size) - len(req.block_pages))
+
+
+def preemption_makes_room(
+    req: Req, victims: Sequence[Req], staying: Sequence[Req], kv: BlockPages, *, upper_bound: bool = True
+) -> bool:
+    """Whether preempting every one of ``victims`` could give ``req`` the block pages of its
+    whole sequence (vLLM's check before preempting: a request that would still not fit after
+    every possible victim is gone preempts nobody; it waits for pages like any other).
+
+    ``need + reserved <= available + evictable + freed``, in block pages: ``need`` is what
+    ``req`` lacks, ``reserved`` what the ``staying`` running requests still lack for theirs
+    (:func:`pages_left`), ``freed`` every block page the victims hold. With ``upper_bound``
+    (the default) ``need`` leaves out a queued request's cached prefix, so the answer is an
+    upper bound and a preemption that could help is never refused; without it the cached
+    prefix counts as needed (it may be locked by others), a lower bound: True then means
+    ``req`` fits for sure.
+
+    Args:
+        req: the blocked request (queued, or running with a prompt chunk that found no pages).
+        victims: the running requests it would preempt (may be empty).
+        staying: the other running requests (``req`` excluded).
+        kv: the cache's page counts and read-only prefix match.
+        upper_bound: as above.
+    """
+    ps = kv.page_size
+    need = pages_left(req, ps)
+    if upper_bound and req.req_pool_idx is None and req.seq_len > 1:  # queued: its cached prefix
+        need = max(0, need - kv.prefix_match_len(req.cache_key(req.max_prefix_len())) // ps)
+    reserved = sum(pages_left(r, ps) for r in staying)
+    available, evictable, _ = kv.kv_block_counts()
+    return need + reserved <= available + evictable + sum(len(r.block_pages) for r in victims)
+
+
 def priority_preemption(
     blocked: Req | None,
     waiting: Sequence[Req],
@@ -226,6 +276,7 @@ def priority_preemption(
     *,
     priority_sign: int,
     threshold: int,
+    kv: BlockPages | None = None,
 ) -> tuple[Req | None, list[Req]]:
     """Who preempts whom this step (SGLang's priority preemption).
 
@@ -236,6 +287,9 @@ def priority_preemption(
         max_running: the running-request cap; without a ``blocked`` request, the most preferred
             queued one (earliest arrival among equals) preempts only when the cap is reached.
         priority_sign / threshold: as :func:`preemption_victims`.
+        kv: the cache's page counts; when given, nobody is preempted unless preempting every
+            eligible victim could make room for the blocked request, nor when it surely fits
+            now without a preemption and needs no request slot (:func:`preemption_makes_room`).
 
     Returns:
         ``(preempting request or None, victims)``: at most one victim per step.
@@ -248,4 +302,14 @@ def priority_preemption(
             return None, []
         blocked = min(ready, key=lambda r: (priority_sign * r.priority, r.arrival))
     others = [r for r in running if r is not blocked]
-    return blocked, preemption_victims(blocked, others, priority_sign=priority_sign, threshold=threshold)
+    eligible = preemption_victims(
+        blocked, others, priority_sign=priority_sign, threshold=threshold, count=len(others)
+    )
+    if eligible and kv is not None:
+        staying = [r for r in others if all(r is not v for v in eligible)]
+        if not preemption_makes_room(blocked, eligible, staying, kv):
+            return blocked, []  # even every victim gone would not make room
+        needs_slot = blocked not in running and len(running) >= max_running
+        if not needs_slot and preemption_makes_room(blocked, [], others, kv, upper_bound=False):
+            return blocked, []  # it fits now (pages came back since it was blocked)
+    return blocked, eligible[:1]

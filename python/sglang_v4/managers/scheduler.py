@@ -82,6 +82,7 @@ from sglang_v4.managers.schedule_batch import FixedColumns, ScheduleBatch
 from sglang_v4.managers.schedule_policy import (
     CACHE_AWARE_MAX_QUEUE,
     order_waiting,
+    pages_left,
     priority_preemption,
 )
 from sglang_v4.managers.scheduler_intake_mixin import SchedulerIntakeMixin
@@ -465,7 +466,7 @@ class Scheduler(
         deferred: list[Req] = []
         # block pages the running requests (and those admitted below) still need for their whole
         # sequence: what a queued request's whole sequence must leave them (_fits_whole)
-        reserved = sum(self._outstanding_pages(r) for r in self.running)
+        reserved = sum(pages_left(r, ps) for r in self.running)
         while self.waiting and budget > 0 and len(self.running) < self.max_running_requests:
             req = self.waiting[0]
             if req.num_future:
@@ -490,7 +491,7 @@ class Scheduler(
                 self._admission_blocked = req
                 break
             self._refused_whole = None
-            reserved += self._outstanding_pages(req)
+            reserved += pages_left(req, ps)
             if req.num_retractions == 0:
                 self.cache_manager.record_hit(req)
                 batch.admitted_hit_tokens += req.cached_tokens
@@ -511,8 +512,8 @@ class Scheduler(
         """Whether a queued request (its prefix matched) may be admitted while others run: the
         block pages for its whole sequence, and for its first decoded token when it will decode,
         can be had now beside the ``reserved`` pages the running requests still need for theirs
-        (:meth:`_outstanding_pages`; SGLang's prefill admission counts the whole prompt and the
-        running requests' remaining tokens, not the chunk). A request admitted for its first
+        (:func:`~.schedule_policy.pages_left`; SGLang's prefill admission counts the whole prompt
+        and the running requests' remaining tokens, not the chunk). A request admitted for its first
         chunk only, or against pages another request is about to take, runs out of pages before
         its first decode step and is retracted, readmitted and retracted again while the others
         run, recomputing its chunk each time (vLLM's preemption thrash). Alone, a request is
@@ -521,11 +522,6 @@ class Scheduler(
             return True
         end = req.seq_len + (req.num_outputs + 1 < req.max_new_tokens)
         return self.cache_manager.can_hold(req, end, reserved)
-
-    def _outstanding_pages(self, req: Req) -> int:
-        """Block pages ``req`` lacks for its whole sequence (and its next token if it decodes)."""
-        end = req.seq_len + (req.num_outputs + 1 < req.max_new_tokens)
-        return max(0, -(-end // self.page_size) - len(req.block_pages))
 
     def _refusal_key(self, req: Req) -> tuple[str, int, int, int]:
         """What a :meth:`_fits_whole` refusal of ``req`` depends on (its rid, the free and evictable
@@ -563,7 +559,8 @@ class Scheduler(
     def _preempt_for_priority(self) -> None:
         """SGLang's priority preemption (``--enable-priority-scheduling`` without
         ``--disable-priority-preemption``; whom :func:`priority_preemption` says): the victim is
-        retracted, keeping its outputs, and resumes when admitted again. One victim per step."""
+        retracted, keeping its outputs, and resumes when admitted again. One victim per step,
+        and none when preempting every eligible one would still not make room."""
         sa = self.server_args
         blocked, self._admission_blocked = self._admission_blocked, None
         if not sa.enable_priority_scheduling or sa.disable_priority_preemption:
@@ -571,7 +568,7 @@ class Scheduler(
         blocked, victims = priority_preemption(
             blocked, self.waiting, self.running, self.max_running_requests,
             priority_sign=1 if sa.schedule_low_priority_values_first else -1,
-            threshold=sa.priority_scheduling_preemption_threshold,
+            threshold=sa.priority_scheduling_preemption_threshold, kv=self.cache_manager,
         )  # fmt: skip
         for victim in victims:
             assert blocked is not None
