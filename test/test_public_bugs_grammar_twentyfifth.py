@@ -15,6 +15,12 @@ Faults found here and fixed:
   "null"], "minimum": 0.5``) was still a 400 ("Integer constraint must be a whole number"); a
   type list that admits integers but not ``number`` now gets the same rewrites, and one naming
   both ``integer`` and ``number`` is read as ``number`` (the same values).
+* in a ``regex`` or a schema ``pattern``, an escaped ``^`` first in a character class
+  (``[\\^a]``, ``[\\x5e]``) reached xgrammar, which drops the escape and read it as the
+  negation; and a ``\\xHH`` escape took every hex digit after it (``\\x41b`` was U+041B), as did
+  a control character in a class (``[\\x01b]`` was ESC): such classes are written out
+  explicitly with the ``^`` and the control characters last, ``\\xHH`` as ``\\u00HH``
+  (``sampling/regex_dialect.py``, ``sampling/json_schema_pattern_text.py``).
 
 The other reports passed as-is and are kept as regression tests.
 
@@ -368,3 +374,72 @@ def test_ebnf_unicode_character_class(backend: GrammarBackend, char_class: str, 
     verdicts = [bool(re.fullmatch(char_class, t)) for t in texts]
     assert [_accepts(g, t) for t in texts] == verdicts
     assert any(verdicts) and not all(verdicts)
+
+
+#: texts around a caret, hex digits and control characters
+CLASS_TEXTS = ["", "^", "a", "b", "1", "0", "-", "_", "A", "Ab", "^a", "a^", "^^", "z", "]", "Ab1", "AA"]
+CLASS_TEXTS += [
+    "\u041b",
+    "\x01",
+    "\x1b",
+    "\x10",
+    "\x01b",
+    "\x85",
+    "\u085a",
+    "\u0e9f",
+    "\u00e9",
+    "f",
+    "\x07",
+    "Z",
+]
+CLASS_TEXTS += ["\x05", "\x7f", "\u07fa", " ", "\t", "a\x01", "^\x01"]
+
+
+def _regex_agrees(backend: GrammarBackend, pattern: str) -> None:
+    """The ``regex`` field and a schema ``pattern`` holding ``pattern`` take exactly the texts
+    (strings) Python's ``re`` takes (``fullmatch`` / ``search``), over :data:`CLASS_TEXTS`."""
+    g = _grammar(backend, regex=pattern)
+    verdicts = [bool(re.fullmatch(pattern, t)) for t in CLASS_TEXTS]
+    assert [_accepts(g, t) for t in CLASS_TEXTS] == verdicts, pattern
+    assert any(verdicts) and not all(verdicts)
+    gs = _schema_grammar(backend, {"type": "string", "pattern": pattern})
+    found = [bool(re.search(pattern, t)) for t in CLASS_TEXTS]
+    assert [_accepts(gs, json.dumps(t, ensure_ascii=False)) for t in CLASS_TEXTS] == found, pattern
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [r"[\^a]", r"[\^]", r"[\^]+", r"[\^-a]", r"[\^\d]", r"[\^\da]+", r"[\x5ea]", r"[\x5e]", r"[\u005e]"]
+    + [r"[\^_]", r"a?[\^]?b", r"[\x5e-\x61]+", r"(?i)[\^a]", r"[\^\]]", r"[\x01\^]", r"[\^\x01]", r"[\^\n]"],
+)
+def test_escaped_caret_first_in_a_class_is_a_literal(backend: GrammarBackend, pattern: str) -> None:
+    """MikeMirzayanov/testlib#111, amageed/Regextra#10: a ``^`` first in a character class was read
+    as the class's negation although escaped (or written ``\\x5e``); the reports' right reading is
+    a literal caret. Old code here: ``[\\^a]`` took everything but ``a`` (xgrammar drops the
+    escape) and ``[\\^]`` any character, in the ``regex`` field and a schema ``pattern`` alike.
+    Oracle: Python's ``re``."""
+    _regex_agrees(backend, pattern)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"\x41b",
+        r"[\x41b]+",
+        r"\x41\x62",
+        r"[\x01b]",
+        r"[\u0001b]+",
+        r"[\x01\d]",
+        r"[\x01-\x05a]",
+        r"[\u00e9f]",
+    ]
+    + [r"[\x85a]", r"[\x7fa]", "[\x01b]", r"[\ab]", r"[\x01\x1b]+", r"[^\x01a]", r"[\x01-b]", r"(?i)[\x01b]"]
+    + [r"[\t\d]", r"[\x05-\x7f]"],
+)
+def test_hex_escape_takes_two_digits(backend: GrammarBackend, pattern: str) -> None:
+    """onetrueawk/awk#164, Kampfkarren/selene#293: a ``\\xHH`` escape (or a control character)
+    read more hex digits than its own; ``\\x`` takes exactly two (Python's ``re``, ECMA-262). Old
+    code here: ``\\x41b`` was U+041B instead of ``Ab``, ``[\\x01b]`` was ESC (xgrammar writes the
+    class's control character as ``\\x01`` and reads the ``b`` into it), ``[\\x01\\d]`` took
+    ``-``. Oracle: Python's ``re``."""
+    _regex_agrees(backend, pattern)
