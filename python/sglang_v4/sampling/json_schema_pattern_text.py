@@ -18,6 +18,9 @@ The rewritten regex starts with ``[U+001F]{0}`` (matches the empty text, the cha
 as itself): xgrammar reads a regex holding a character outside printable ASCII with its general
 compiler, which keeps the escapes, rather than the JSON-string one.
 
+A class rewritten so writes a ``^`` last (``[\\^\\n]``'s safe part is ``[\\^]``, which xgrammar
+reads as ``[^]``, any character).
+
 Supported: literals and escaped punctuation, classes with ranges and ``\\d \\w \\s \\D \\W \\S``
 (a class mixing a negated escape with other items only as ``[\\s\\S]``, ``[\\d\\D]``,
 ``[\\w\\W]``), ``.``, the escapes ``\\n \\r \\t \\f \\v \\0 \\xHH \\uHHHH``, groups ``( )``
@@ -154,13 +157,22 @@ def _class(p: str, i: int) -> tuple[str, int, bool]:
             raise _Unsupported  # e.g. [a\S]: the complement does not split simply
         return _atom(f"[^{_SAFE_EXCLUDED}]", set(_SPECIAL)), end, True
     safe = []
+    caret = False  # a "^" is written last: xgrammar reads a first "\\^" as the class's negation
     for kind, lo, hi in items:
         if kind == "set":
             safe.append("\\" + chr(lo) if chr(lo) != "s" else " " + "".join(map(_char_text, _WIDE_SPACES)))
             continue
         for a, b in ((max(lo, 0x20), min(hi, 0x21)), (max(lo, 0x23), min(hi, 0x5B)), (max(lo, 0x5D), hi)):
+            if a <= 0x5E <= b:
+                caret = True
+                safe += [_char_text(a) + ("" if a == 0x5D else "-" + _char_text(0x5D))] if a < 0x5E else []
+                a = 0x5F
             if a <= b:
                 safe.append(_char_text(a) + ("" if a == b else "-" + _char_text(b)))
+    if caret:
+        safe.append("\\^")
+    if safe == ["\\^"]:
+        return _atom("\\^", specials), end, True
     return _atom("[" + "".join(safe) + "]" if safe else None, specials), end, True
 
 

@@ -27,6 +27,11 @@ users write (Python's ``re`` / the ``regex`` package, PCRE) and that xgrammar re
   ``\\B`` are refused by name; ``(?P<n>...)`` is a group, ``(?#...)`` a comment;
 * a NUL character (literal or escaped with ``\\``) was refused by xgrammar ("must not contain
   null characters"): it is written ``\\u0000``;
+* ``\\xHH`` was read with every hex digit that follows (``\\x41b`` as U+041B, not ``Ab``): it is
+  written ``\\u00HH``; in a class, a first escaped ``^`` (``[\\^a]``, ``[\\x5e]``) was read as the
+  negation, and a control character (``\\x01``, ``\\u0085``, ``\\a``) took the hex digits after
+  it (``[\\x01b]`` was ESC, ``[\\x01\\d]`` took ``-``): such a class is written out explicitly,
+  the ``^`` and the control characters last (:func:`_class_body`);
 * a counted repeat above :data:`MAX_REGEX_REPEAT` is refused (xgrammar stores counts as 32-bit
   ints: ``a{4294967297}`` became ``a{1}``); ``{,n}`` is ``{0,n}`` and a ``{`` that starts no
   repeat is a literal (both Python's reading).
@@ -55,6 +60,9 @@ _CLASS_ESCAPES = frozenset("dDwWsS")
 #: Letter escapes that mean one character (xgrammar and Python read them alike).
 _CHAR_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v", "a": "\a"}
 _REPEAT = re.compile(r"\{(\d*)(?:(,)(\d*))?\}")
+#: The escapes of ``^`` (as :func:`_read_escape` returns them), which xgrammar reads as the
+#: negation when first in a class.
+_CARET_ESCAPES = frozenset({"\\^", "\\u005e", "\\u005E", "\\U0000005e", "\\U0000005E"})
 #: The end anchors ``$`` / ``\\Z`` as written in the translation (outside the schema mode).
 _END_ANCHORS = ("$", "\\Z")
 
@@ -93,8 +101,8 @@ def _char_set(regex_class: str, ignore_case: bool) -> tuple[tuple[int, int], ...
 
 
 def _char_text(c: int) -> str:
-    """``c`` written inside a class (xgrammar reads ``\\x`` with as many hex digits as follow,
-    ``\\u`` with four)."""
+    """``c`` written inside a class: a control character as ``\\u`` and four hex digits (see
+    :func:`_class_body` for where it may stand)."""
     if chr(c) in "\\]^-[":
         return "\\" + chr(c)
     if c < 0x20 or 0x7F <= c < 0xA0:
@@ -102,16 +110,38 @@ def _char_text(c: int) -> str:
     return chr(c)
 
 
-def _ranges_text(ivs: tuple[tuple[int, int], ...]) -> str:
-    parts = []
+def _class_body(ivs: tuple[tuple[int, int], ...], sets: list[str]) -> str:
+    """The intervals ``ivs`` and the class escapes ``sets`` (``\\d``...) written as a class body
+    that xgrammar reads back as the same set. Two misreadings are avoided:
+
+    * xgrammar writes a control character of a class (``\\u0001``, ``\\x85``) as ``\\xHH`` and
+      then reads every hex digit that follows into it (``[\\u0001b]`` was ESC, ``[\\u0001\\d]``
+      took ``\\x10`` and ``-9``): intervals that start with one come last, after the sets and
+      the other intervals, so only a backslash or the closing ``]`` follows them;
+    * a first ``\\^`` is read as the class's negation (``[\\^a]`` took everything but ``a``): a
+      ``^`` that would come first is written last instead.
+    """
+    caret = ord("^")
+    plain: list[str] = []
+    control: list[str] = []
+    tail_caret = False
     for lo, hi in ivs:
+        if lo == caret and not sets and not plain:
+            tail_caret = True  # the "^" goes last; the rest of its interval stays
+            lo += 1
+            if lo > hi:
+                continue
         if lo == hi:
-            parts.append(_char_text(lo))
+            text = _char_text(lo)
         elif hi == lo + 1:
-            parts.append(_char_text(lo) + _char_text(hi))
+            text = _char_text(lo) + _char_text(hi)
         else:
-            parts.append(f"{_char_text(lo)}-{_char_text(hi)}")
-    return "".join(parts)
+            text = f"{_char_text(lo)}-{_char_text(hi)}"
+        (control if text.startswith("\\u") else plain).append(text)
+    body = "".join(sets) + "".join(plain) + "".join(control)
+    if tail_caret:
+        return body + "\\^" if body else "\\^"
+    return body
 
 
 def _property_end(p: str, i: int) -> int:
@@ -160,6 +190,8 @@ def _read_escape(p: str, i: int, in_class: bool, schema: bool) -> tuple[str, str
         digits = p[i + 2 : i + 2 + n]
         if len(digits) != n or any(d not in "0123456789abcdefABCDEF" for d in digits):
             raise _Refused(f"an incomplete escape '\\{e}' (it takes {n} hex digits)", i)
+        if e == "x":  # xgrammar reads "\x" with every hex digit that follows: "\x41b" is U+041B
+            return "char", f"\\u00{digits}", i + 4
         return "char", p[i : i + 2 + n], i + 2 + n
     if e == "0":
         j = i + 2
@@ -198,6 +230,8 @@ def _class(p: str, i: int, ignore_case: bool, schema: bool) -> tuple[str, int]:
         rest.append("\\]")
         translate = True
         j += 1
+    # "[\\^a]" / "[\\x5ea]": a first escaped "^" is read by xgrammar as the class's negation
+    caret_first = not negated and p[j : j + 1] == "\\"
     while j < len(p) and p[j] != "]":
         if p[j] == "\\":
             kind, text, j = _read_escape(p, j, True, schema)
@@ -205,6 +239,10 @@ def _class(p: str, i: int, ignore_case: bool, schema: bool) -> tuple[str, int]:
                 sets.append(text)
                 continue
             translate |= kind == "prop" or text == "\\u0000"  # a NUL is written \u0000
+            translate |= caret_first and not rest and not sets and text in _CARET_ESCAPES
+            # a character escape other than a letter one ("\\x01", "\\u00e9", "\\0"...) may name a
+            # control character, which xgrammar misreads before a hex digit (see _class_body)
+            translate |= kind == "char" and text[1:2] in ("x", "u", "U", "0", "a", "e", "c")
             rest.append(text)
         elif p[j] == "[" and p[j + 1 : j + 2] == ":" and p.find(":]", j + 2) > 0:
             k = p.find(":]", j + 2)  # a POSIX class, [:alpha:] (read by the regex package)
@@ -213,7 +251,7 @@ def _class(p: str, i: int, ignore_case: bool, schema: bool) -> tuple[str, int]:
             j = k + 2
         else:
             rest.append("\\]" if p[j] == "]" else ("\\[" if p[j] == "[" else p[j]))
-            translate |= p[j] == "\x00"
+            translate |= ord(p[j]) < 0x20 or 0x7F <= ord(p[j]) < 0xA0  # a NUL or control character
             j += 1
     if j >= len(p):
         raise _Refused("an unclosed '['", i)
@@ -222,10 +260,12 @@ def _class(p: str, i: int, ignore_case: bool, schema: bool) -> tuple[str, int]:
         return p[i:end], end
     body = "".join(rest)
     ivs = _char_set(f"[{body}]", ignore_case) if body else ()
-    inner = _ranges_text(ivs) + "".join(sets)
+    inner = _class_body(ivs, sets)
     if not inner:
         # [] matches nothing and [^] everything; neither has an xgrammar spelling but these
         return ("[\\s\\S]" if negated else "[^\\s\\S]"), end
+    if inner == "\\^" and not negated:  # "[\\^]" would be read as "[^]": the escaped atom
+        return "\\^", end
     return ("[^" if negated else "[") + inner + "]", end
 
 
@@ -234,7 +274,8 @@ def _atom_set(text: str, ignore_case: bool) -> str:
     ivs = _char_set(text, ignore_case)
     if not ivs:
         return "[^\\s\\S]"
-    return "[" + _ranges_text(ivs) + "]"
+    body = _class_body(ivs, [])
+    return body if body == "\\^" else "[" + body + "]"
 
 
 _FLAGS_GROUP = re.compile(r"\(\?([a-zA-Z]*)(?:-([a-zA-Z]*))?(:|\))")
