@@ -2,8 +2,10 @@
 validation, tool-call history replay, tool results in the prompt, call ids of parallel calls,
 DSML cut by ``max_tokens``), in process.
 
-The reports found no fault here; each test stands as a regression guard of the behaviour its
-report asked for. The model's text is written by hand (:class:`~chat_tools_testutil.ChunkTM`).
+Fixed here: a tool definition's ``null`` fields (``"description": null``, ``"parameters":
+null``, ``"strict": null``) were shown to the model; the "## Tools" line now leaves them out, as
+for a tool sent without them. The other reports found no fault and stand as regression guards of the
+behaviour each asked for. The model's text is written by hand (:class:`~chat_tools_testutil.ChunkTM`).
 Oracles: the ``openai`` client (its error classes, response types and stream accumulator),
 DeepSeek's own converter, V4 encoder and response parser (``deepseek-recipe``), OpenAI's
 documented request rules.
@@ -276,35 +278,77 @@ def test_non_ascii_tool_results_reach_the_prompt_as_literal_text(tok: PreTrained
     assert result in text and "Umeå</" in text and "\\u00e5" not in text
 
 
-# --------------------------------------------------------------------------- call ids
+PARAMS = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
 
 
-def test_parallel_call_ids_are_unique_within_and_across_turns(tok: PreTrainedTokenizerFast) -> None:
-    """fw-ai/fireconnect#16 (ids were ``{tool}:{position}``, restarting every turn, so the same id
-    recurred with other arguments), NVIDIA-NeMo/Switchyard#502 (a backend reused ``call_0``
-    across responses), tontinton/maki#991 (index-based placeholder ids collided across turns),
-    OpenRouterTeam/ai-sdk-provider#471 and brainlid/langchain#620 (parallel calls shared an id or
-    merged while streaming). Expected: every call of every answer, streamed or not, has its own
-    non-empty id (``tool_call_id`` is the only link from a result back to its call), and a
-    stream's parallel calls fold into separate calls with the arguments DeepSeek's parser gives.
-    Oracles: the ``openai`` client's types and stream accumulator, ``deepseek-recipe``."""
-    body = {"messages": MSGS, "tools": [WEATHER]}
+@pytest.mark.parametrize(
+    "fn",
+    [
+        {"name": "search", "description": None, "parameters": PARAMS},
+        {"name": "search", "description": "Find pages", "parameters": None},
+        {"name": "search", "description": "Find pages", "parameters": PARAMS, "strict": None},
+        {"parameters": None, "name": "search", "strict": None, "description": None},
+    ],
+)
+def test_null_fields_of_a_tool_definition_render_as_absent(
+    tok: PreTrainedTokenizerFast, fn: dict[str, Any]
+) -> None:
+    """ai-dynamo/dynamo#10510 (a tool whose ``description`` was missing or ``null`` broke the
+    prompt render) and farion1231/cc-switch#5324 / farion1231/cc-switch#5315 (Codex declares
+    tools with ``parameters: null``; servers had to read it as no schema). Fixed here: the
+    "## Tools" line showed such a function with ``"description": null`` / ``"parameters": null``
+    / ``"strict": null``, so the same tool told with and without its unset fields gave the model
+    two different prompts. Expected: served, and the prompt is the one of the request without
+    the ``null`` fields, whose tool line is ``json.dumps`` of the function as sent (DeepSeek's
+    reference encoder's rule, sgl-project/sglang#33568). Oracles: OpenAI's reading of a ``null``
+    optional field as absent, ``json.dumps`` of the client's object."""
+    absent = {k: v for k, v in fn.items() if v is not None}
+    status, ids = _prompt_ids(tok, {"messages": MSGS, "tools": [{"type": "function", "function": fn}]})
+    status_absent, ids_absent = _prompt_ids(
+        tok, {"messages": MSGS, "tools": [{"type": "function", "function": absent}]}
+    )
+    assert (status, status_absent) == (200, 200)
+    assert ids == ids_absent
+    text = tok.decode(ids)
+    assert "\n" + json.dumps(absent, ensure_ascii=False) + "\n" in text
+    assert "null" not in text
+
+
+@pytest.mark.parametrize("per_chunk", [1, 3, 100000])
+def test_every_streamed_call_delta_carries_its_index_and_the_first_its_id(
+    tok: PreTrainedTokenizerFast, per_chunk: int
+) -> None:
+    """openai/openai-python#3246 and SamSaffron/term-llm#314 (OpenAI-compatible servers omitted
+    ``delta.tool_calls[].index``: the client's accumulator crashed or merged parallel calls into
+    one), continuedev/continue#13225 (a first call delta without ``id``: the call was dropped)
+    and dirac-run/dirac#215 (argument deltas under another call's index were lost). Expected: in
+    the raw stream every tool-call delta has an integer ``index``; the first delta of each index
+    has its ``id``, ``type: "function"`` and name, later ones neither ``id`` nor name; indexes
+    count 0, 1, ... in order; concatenating each index's argument fragments gives DeepSeek's own
+    parser's arguments, however many tokens come per chunk. Oracles: the ``openai`` client's
+    ``ChatCompletionChunk`` type (each chunk validated), ``deepseek-recipe``'s response parser."""
+    body = {"messages": MSGS, "tools": [WEATHER], "stream": True}
     want = [
         (c["function"]["name"], c["function"]["arguments"])
         for c in _recipe_message(body, CALL_TWO).get("tool_calls") or []
     ]
-    assert len(want) == 2
-    ids: list[str] = []
-    for stream in (False, True, False, True):
-        _, tc = client_for(_tm(tok, CALL_TWO), allow_auto_truncate=False)
-        r = tc.post(CHAT, json={"model": "m", **body, "stream": stream})
-        assert r.status_code == 200, r.text
-        ch = (_fold(r.text) if stream else ChatCompletion.model_validate(r.json())).choices[0]
-        assert ch.finish_reason == "tool_calls"
-        assert [(c.function.name, c.function.arguments) for c in ch.message.tool_calls or []] == want
-        ids += [c.id for c in ch.message.tool_calls or []]
-    assert all(isinstance(i, str) and i for i in ids)
-    assert len(set(ids)) == len(ids) == 8, ids
+    _, tc = client_for(_tm(tok, CALL_TWO, per_chunk), allow_auto_truncate=False)
+    r = tc.post(CHAT, json={"model": "m", **body})
+    assert r.status_code == 200, r.text
+    calls: dict[int, list[str]] = {}
+    for raw in _chunks(r.text):
+        chunk = ChatCompletionChunk.model_validate(raw)
+        for choice in chunk.choices:
+            for i, d in enumerate(choice.delta.tool_calls or []):
+                assert isinstance(raw["choices"][0]["delta"]["tool_calls"][i].get("index"), int), raw
+                if d.index not in calls:
+                    assert d.index == len(calls), (d.index, list(calls))
+                    assert d.id and d.type == "function" and d.function and d.function.name, d
+                    calls[d.index] = [d.function.name, d.function.arguments or ""]
+                else:
+                    assert d.id is None and (d.function is None or d.function.name is None), d
+                    calls[d.index][1] += (d.function.arguments if d.function else None) or ""
+    assert [(n, a) for n, a in calls.values()] == want
 
 
 # --------------------------------------------------------------------------- DSML cut by max_tokens
