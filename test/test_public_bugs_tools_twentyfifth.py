@@ -314,6 +314,38 @@ def test_null_fields_of_a_tool_definition_render_as_absent(
     assert "null" not in text
 
 
+# --------------------------------------------------------------------------- call ids
+
+
+def test_parallel_call_ids_are_unique_within_and_across_turns(tok: PreTrainedTokenizerFast) -> None:
+    """fw-ai/fireconnect#16 (ids were ``{tool}:{position}``, restarting every turn, so the same id
+    recurred with other arguments), NVIDIA-NeMo/Switchyard#502 (a backend reused ``call_0``
+    across responses), tontinton/maki#991 (index-based placeholder ids collided across turns),
+    OpenRouterTeam/ai-sdk-provider#471 and brainlid/langchain#620 (parallel calls shared an id or
+    merged while streaming), anthropics/anthropic-sdk-csharp#53 (streamed calls were
+    accumulated twice over, ``[t1, t1, t2]``, and refused as duplicate ids). Expected: every call of every answer, streamed or not, has its own
+    non-empty id (``tool_call_id`` is the only link from a result back to its call), and a
+    stream's parallel calls fold into separate calls with the arguments DeepSeek's parser gives.
+    Oracles: the ``openai`` client's types and stream accumulator, ``deepseek-recipe``."""
+    body = {"messages": MSGS, "tools": [WEATHER]}
+    want = [
+        (c["function"]["name"], c["function"]["arguments"])
+        for c in _recipe_message(body, CALL_TWO).get("tool_calls") or []
+    ]
+    assert len(want) == 2
+    ids: list[str] = []
+    for stream in (False, True, False, True):
+        _, tc = client_for(_tm(tok, CALL_TWO), allow_auto_truncate=False)
+        r = tc.post(CHAT, json={"model": "m", **body, "stream": stream})
+        assert r.status_code == 200, r.text
+        ch = (_fold(r.text) if stream else ChatCompletion.model_validate(r.json())).choices[0]
+        assert ch.finish_reason == "tool_calls"
+        assert [(c.function.name, c.function.arguments) for c in ch.message.tool_calls or []] == want
+        ids += [c.id for c in ch.message.tool_calls or []]
+    assert all(isinstance(i, str) and i for i in ids)
+    assert len(set(ids)) == len(ids) == 8, ids
+
+
 @pytest.mark.parametrize("per_chunk", [1, 3, 100000])
 def test_every_streamed_call_delta_carries_its_index_and_the_first_its_id(
     tok: PreTrainedTokenizerFast, per_chunk: int
