@@ -27,6 +27,7 @@ __all__ = [
     "Segment",
     "encode_tool_calls",
     "json_nesting_depth",
+    "prompt_function",
     "render_tools",
     "tool_call_segments",
     "tools_segments",
@@ -185,16 +186,30 @@ def validate_tools(tools: Sequence[Any], field: str = "tools") -> list[dict[str,
 def render_tools(functions: Sequence[Mapping[str, Any]]) -> str:
     """The "## Tools" system-prompt section for these function definitions, in the text of
     DeepSeek's reference encoder (``encoding_dsv4.py``): one ``json.dumps(fn, ensure_ascii=False)``
-    line per function, between the fixed head and tail. ``functions`` as :func:`validate_tools`
-    returns them (not checked again); raises nothing."""
+    line per function (:func:`prompt_function`: as sent, less ``null`` fields), between the fixed
+    head and tail.
+    ``functions`` as :func:`validate_tools` returns them (not checked again); raises nothing."""
     return "".join(text for text, _ in tools_segments(functions))
+
+
+def prompt_function(fn: Mapping[str, Any]) -> dict[str, Any]:
+    """The function object a "## Tools" line shows the model: the object as the client sent it
+    (its keys, their order and values, as DeepSeek's reference encoder writes it,
+    sgl-project/sglang#33568), less the keys whose value is ``null``. OpenAI reads a ``null``
+    optional field as an absent one, and clients that serialize every field of their own models
+    send ``"description": null`` / ``"parameters": null`` / ``"strict": null`` for fields they
+    never set (ai-dynamo/dynamo#10510, farion1231/cc-switch#5324): the model is shown the same
+    line as for the request without them. ``fn`` as :func:`validate_tools` returns it; raises
+    nothing."""
+    return {k: v for k, v in fn.items() if v is not None}
 
 
 def tools_segments(functions: Sequence[Mapping[str, Any]]) -> list[Segment]:
     """:func:`render_tools` as :data:`Segment` ``(text, is_request_text)`` pieces: the fixed head
     and tail ``False``, the function lines ``True`` (the client's text, tokenized as plain text)."""
     head, _, tail = _TOOLS_SECTION.partition("{schemas}")
-    return [(head, False), ("\n".join(_to_json(fn) for fn in functions), True), (tail, False)]
+    lines = "\n".join(_to_json(prompt_function(fn)) for fn in functions)
+    return [(head, False), (lines, True), (tail, False)]
 
 
 def _to_json(value: Any) -> str:
