@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 import requests
-from chat_tools_testutil import WEATHER, ChunkTM, client_for
+from chat_tools_testutil import WEATHER, ChunkTM, client_for, routes_client
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
 from public_bugs_testutil import post, sse
 from responses_testutil import sse as typed_sse
@@ -430,29 +430,6 @@ def test_ogx_5521_messages_always_have_a_stop_sequence_field(plain_fake_server: 
         )
 
 
-def _messages_app(tm: Any) -> Any:
-    """A ``TestClient`` over the OpenAI and Anthropic routers on the scripted ``tm``."""
-    from types import SimpleNamespace
-
-    from fastapi import FastAPI
-    from fastapi.testclient import TestClient
-    from sglang_v4.entrypoints.anthropic import create_anthropic_router
-    from sglang_v4.entrypoints.openai import create_openai_router
-
-    sa = SimpleNamespace(
-        served_model_name="m",
-        model_path=None,
-        api_key=None,
-        enable_cache_report=False,
-        allow_auto_truncate=False,
-    )
-    app = FastAPI()
-    router = create_openai_router(tm, sa)
-    app.include_router(router)
-    app.include_router(create_anthropic_router(router.serving))
-    return TestClient(app)
-
-
 def test_sglang_39782_streamed_messages_keep_one_tool_use_block_per_call(tok: Any) -> None:
     """sgl-project/sglang#39782: ``/v1/messages`` streamed the arguments of several tool calls into
     the first ``tool_use`` block (one block, concatenated JSON objects), where the unstreamed
@@ -461,7 +438,7 @@ def test_sglang_39782_streamed_messages_keep_one_tool_use_block_per_call(tok: An
     index): after the text block, one block per call with its own id and name, whose joined
     ``partial_json`` is that call's input, equal to the unstreamed message's blocks;
     ``stop_reason`` ``tool_use`` both ways."""
-    tc = _messages_app(ChunkTM(tok, "Checking." + TWO_CALLS, per_chunk=2))
+    tc = routes_client(ChunkTM(tok, "Checking." + TWO_CALLS, per_chunk=2))
     tools = [{"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}]
     body = {"model": "m", "max_tokens": 300, "messages": WEATHER_Q, "tools": tools}
     full = tc.post("/v1/messages", json=body).json()
