@@ -1,10 +1,11 @@
 """Shared pieces of the thinking-mode chat test modules: the chat route driven in process over
 ``openai_fake_tm.FakeTM``, the weather tool and call they offer, and readers of what came back.
 
-``post_chat`` / ``chat_answer`` send one chat-completions body (``model`` ``MODEL``, 64 new tokens
-unless the body says otherwise) and assert HTTP 200; ``prompt_of`` is the prompt text the engine
-received; ``reasoning_of`` reads the ``reasoning_content`` extension field the ``openai`` client
-keeps in ``model_extra``.
+``chat_route_prompt`` is the prompt the route renders for a body; ``post_chat`` /
+``chat_answer`` send one chat-completions body (``model`` ``MODEL``, 64 new tokens unless the body
+says otherwise) and assert HTTP 200; ``prompt_of`` is the prompt text the engine received;
+``reasoning_of`` reads the ``reasoning_content`` extension field the ``openai`` client keeps in
+``model_extra``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,17 @@ def prompt_of(tok: PreTrainedTokenizerFast, tm: FakeTM) -> str:
     """The prompt text of the last engine request ``tm`` received."""
     got = tm.received[-1]
     return got.text if got.text is not None else tok.decode(got.input_ids)
+
+
+def chat_route_prompt(tok: PreTrainedTokenizerFast, body: dict[str, Any], thinking: bool) -> str:
+    """The prompt text the chat route hands the engine for ``body`` with thinking on or off
+    (``chat_template_kwargs``; 2 new tokens), on a fresh ``FakeTM``; HTTP 200 asserted."""
+    tm = FakeTM(tok)
+    r = app_client(tm).post(
+        CHAT, json={"model": MODEL, **body, "max_tokens": 2, "chat_template_kwargs": {"thinking": thinking}}
+    )
+    assert r.status_code == 200, r.text
+    return prompt_of(tok, tm)
 
 
 def post_chat(tm: FakeTM, body: dict[str, Any], **args: Any) -> Any:
