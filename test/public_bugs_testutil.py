@@ -1,6 +1,6 @@
 """Helpers of the public-bug replay modules that share the ``more_bugs_server`` fixture
 (``test_public_bugs_more``, ``test_public_bugs_more_outputs``): JSON posts, ``/generate``, SSE
-streams, the served model's ``</think>`` id; the other server-backed replay modules use the
+streams, the served model's ``</think>`` id, a weather tool and call; the other server-backed replay modules use the
 request helpers too."""
 
 from __future__ import annotations
@@ -14,6 +14,21 @@ from server_fixture import ServerHandle
 MODEL = "default"
 USER = [{"role": "user", "content": "Hi"}]
 THINK_END = "</think>"
+#: An assistant ``tool_calls`` entry calling ``get_weather`` for Paris.
+WEATHER_CALL = {
+    "id": "c1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
+#: The request's ``get_weather`` tool (one required string parameter ``city``).
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 
 
 def post(server: ServerHandle, path: str, body: dict[str, Any]) -> requests.Response:
