@@ -7,15 +7,12 @@ over a :class:`fake_prompt_tm.PromptTM`.
 from __future__ import annotations
 
 import copy
-from types import SimpleNamespace
 from typing import Any
 
 import deepseek_recipe as recipe
+from chat_tools_testutil import routes_client
 from fake_prompt_tm import MODEL, PromptTM
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sglang_v4.entrypoints.anthropic import create_anthropic_router
-from sglang_v4.entrypoints.openai import create_openai_router
 from transformers import PreTrainedTokenizerFast
 
 #: The one tool every conversation offers.
@@ -88,18 +85,7 @@ def make_route_client(tok: PreTrainedTokenizerFast) -> tuple[TestClient, PromptT
     """A ``TestClient`` on an app with the OpenAI and Anthropic routers over a ``PromptTM`` that
     answers ``"ok"``, and that ``PromptTM`` (it records the prompts the routes rendered)."""
     tm = PromptTM(tok, "ok")
-    sa = SimpleNamespace(
-        served_model_name=MODEL,
-        model_path=None,
-        api_key=None,
-        enable_cache_report=False,
-        allow_auto_truncate=False,
-    )
-    app = FastAPI()
-    router = create_openai_router(tm, sa)
-    app.include_router(router)
-    app.include_router(create_anthropic_router(router.serving))
-    return TestClient(app), tm
+    return routes_client(tm, served_model_name=MODEL), tm
 
 
 def post_chat(tc: TestClient, messages: list[dict[str, Any]], **extra: Any) -> Any:

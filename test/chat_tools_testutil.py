@@ -10,6 +10,7 @@ import openai
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sglang_v4.entrypoints.anthropic import create_anthropic_router
 from sglang_v4.entrypoints.openai import create_openai_router
 from sglang_v4.managers.io_struct import GenerateReqInput
 
@@ -70,6 +71,26 @@ def client_for(tm: Any, **args: Any) -> tuple[openai.OpenAI, TestClient]:
     app.include_router(create_openai_router(tm, sa))
     tc = TestClient(app)
     return openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=tc, max_retries=0), tc
+
+
+def routes_client(tm: Any, **args: Any) -> TestClient:
+    """A ``TestClient`` over an app serving the OpenAI and Anthropic routers on the fake engine
+    ``tm`` (the Anthropic routes share the OpenAI router's serving state); ``args`` override the
+    server arguments (served name ``m``, no API key, no cache report, no auto truncation)."""
+    sa = SimpleNamespace(
+        served_model_name="m",
+        model_path=None,
+        api_key=None,
+        enable_cache_report=False,
+        allow_auto_truncate=False,
+    )
+    for k, v in args.items():
+        setattr(sa, k, v)
+    app = FastAPI()
+    router = create_openai_router(tm, sa)
+    app.include_router(router)
+    app.include_router(create_anthropic_router(router.serving))
+    return TestClient(app)
 
 
 def accumulate(stream: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Shared pieces of the model-config variant and fuzz tests: the variant configs and their cached HF twins, page sizes, the random config generator and its tolerances."""
+"""Shared pieces of the model-config variant and fuzz tests: the variant configs and their cached HF twins, page sizes, the random config generator and its tolerances; and transformers' own config object of a published ``config.json`` (``hf_config``), the oracle of the config-report modules."""
 
 from __future__ import annotations
 
@@ -9,6 +9,26 @@ import random
 from typing import Any
 
 from dsv4_testutil import BASE, CSA, HCA, SL, make_twin
+
+#: Keys transformers' config class does not take as fields (file metadata).
+HF_METADATA_KEYS = ("architectures", "auto_map", "torch_dtype", "dtype", "transformers_version", "model_type")
+
+
+def hf_config(raw: dict[str, Any]) -> Any:
+    """transformers' own ``DeepseekV4Config`` of the ``config.json`` dict ``raw`` (a flat
+    ``rope_scaling`` given as HF's ``rope_parameters`` with its ``type`` as ``rope_type``, the
+    file-metadata keys dropped); ``raw`` is not modified."""
+    from transformers import DeepseekV4Config
+
+    r = copy.deepcopy(raw)
+    for k in HF_METADATA_KEYS:
+        r.pop(k, None)
+    if isinstance(r.get("rope_scaling"), dict) and "rope_parameters" not in r:
+        rope = r.pop("rope_scaling")
+        rope["rope_type"] = rope.pop("type", rope.get("rope_type"))
+        r["rope_parameters"] = rope
+    return DeepseekV4Config(**r)
+
 
 YARN = {
     "rope_type": "yarn",

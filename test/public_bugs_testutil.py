@@ -1,6 +1,7 @@
 """Helpers of the public-bug replay modules that share the ``more_bugs_server`` fixture
 (``test_public_bugs_more``, ``test_public_bugs_more_outputs``): JSON posts, ``/generate``, SSE
-streams, the served model's ``</think>`` id."""
+streams, the served model's ``</think>`` id, a weather tool and call; the other server-backed replay modules use the
+request helpers too."""
 
 from __future__ import annotations
 
@@ -13,6 +14,21 @@ from server_fixture import ServerHandle
 MODEL = "default"
 USER = [{"role": "user", "content": "Hi"}]
 THINK_END = "</think>"
+#: An assistant ``tool_calls`` entry calling ``get_weather`` for Paris.
+WEATHER_CALL = {
+    "id": "c1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
+#: The request's ``get_weather`` tool (one required string parameter ``city``).
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 
 
 def post(server: ServerHandle, path: str, body: dict[str, Any]) -> requests.Response:
@@ -20,11 +36,16 @@ def post(server: ServerHandle, path: str, body: dict[str, Any]) -> requests.Resp
     return requests.post(server.url + path, json=body, timeout=120)
 
 
-def generate(server: ServerHandle, body: dict[str, Any]) -> Any:
-    """The JSON answer of ``POST /generate``; asserts HTTP 200."""
-    r = post(server, "/generate", body)
+def post_ok(server: ServerHandle, path: str, body: dict[str, Any]) -> Any:
+    """The JSON answer of ``POST path``; asserts HTTP 200."""
+    r = post(server, path, body)
     assert r.status_code == 200, r.text
     return r.json()
+
+
+def generate(server: ServerHandle, body: dict[str, Any]) -> Any:
+    """The JSON answer of ``POST /generate``; asserts HTTP 200."""
+    return post_ok(server, "/generate", body)
 
 
 def sse(server: ServerHandle, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:

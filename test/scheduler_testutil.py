@@ -134,6 +134,19 @@ def drain(s: Scheduler, results: dict | None = None, max_steps: int = 20_000) ->
     raise AssertionError("scheduler did not finish")
 
 
+def step_outputs(s: Scheduler, n: int) -> dict[str, dict]:
+    """Run ``n`` scheduler steps (idle or not); the outputs seen, per rid: ``ids`` (output ids,
+    in order) and ``finish`` (the last message's finish reason)."""
+    res: dict[str, dict] = {}
+    for _ in range(n):
+        out = s.step()
+        for i, rid in enumerate(out.rids if out else []):
+            r = res.setdefault(rid, {"ids": []})
+            r["ids"] += out.output_ids[i]
+            r["finish"] = out.finished_reasons[i]
+    return res
+
+
 def run_one(s: Scheduler, rid: str, ids: list[int], n: int = 6, **kw: Any) -> dict:
     """Submit one request and drain; its result (see :func:`drain`)."""
     submit(s, rid, ids, n, **kw)

@@ -11,40 +11,17 @@ script (the oracle), not from the code under test.
 from __future__ import annotations
 
 import pytest
-from scheduler_testutil import OutputProcessorStub
 from server_fixture import FAKE_EOS, hf_auto_tokenizer
-from sglang_v4.managers.detokenizer_manager import DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut
 from sglang_v4.managers.req import Req
 from sglang_v4.sampling.sampling_params import SamplingParams
-from sglang_v4.sampling.stop_checker import check_stop, stop_text_start
-
-SCRIPT = "Stop here, then go on. Stop again at last. Done."
+from sglang_v4.sampling.stop_checker import check_stop
+from stop_strings_testutil import SCRIPT, generate_with_stops
 
 
 @pytest.fixture(scope="module")
 def tok():
     return hf_auto_tokenizer()
-
-
-def _generate(tok, sp: SamplingParams, ids: list[int]) -> tuple[Req, str]:
-    """Feed ``ids`` token by token to the scheduler's finish check, sending every token to the
-    detokenizer in its own message (as a stream); returns the request and its final text."""
-    sp.normalize(tok)
-    req = Req(rid="r", origin_input_ids=[5, 6], sampling_params=sp)
-    req.max_new_tokens = len(ids)
-    req.has_text_stops = True
-    req.stop_text_start = stop_text_start(req.output_ids, sp)
-    s, detok = OutputProcessorStub(tok), DetokenizerManager(tok)
-    final = None
-    for t in ids:
-        s._append_token(req, t, None, None)
-        out = detok.handle_batch_token_id_out(BatchTokenIDOut.from_reqs([req]))
-        final = out.final_strs[0]
-        if req.finished_reason is not None:
-            break
-    assert final is not None
-    return req, final
 
 
 def _tokens_before(tok, ids: list[int], text: str) -> int:
@@ -61,7 +38,7 @@ def test_stop_string_waits_for_min_tokens(tok, min_tokens: int) -> None:
     ids = tok.encode(SCRIPT, add_special_tokens=False)
     first = _tokens_before(tok, ids, "Stop")
     assert first < 3 < len(ids)  # the first "Stop" lies inside the first 3 tokens
-    req, final = _generate(tok, SamplingParams(stop="Stop", min_new_tokens=min_tokens), ids)
+    req, final = generate_with_stops(tok, SamplingParams(stop="Stop", min_new_tokens=min_tokens), ids)
     assert req.finished_reason == {"type": "stop", "matched": "Stop"}
     if min_tokens == 0:
         assert len(req.output_ids) == first and final == ""
@@ -76,7 +53,7 @@ def test_stop_string_straddling_min_tokens_and_no_stop_trim(tok) -> None:
     """The stop string is matched only in the text after the first ``min_new_tokens`` tokens;
     ``no_stop_trim`` keeps it, up to that (second) occurrence."""
     ids = tok.encode(SCRIPT, add_special_tokens=False)
-    req, final = _generate(
+    req, final = generate_with_stops(
         tok, SamplingParams(stop=["again", "Stop"], min_new_tokens=2, no_stop_trim=True), ids
     )
     head = tok.decode(ids[:2])

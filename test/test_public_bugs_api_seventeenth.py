@@ -25,7 +25,7 @@ import requests
 from chat_tools_testutil import WEATHER, ChunkTM, client_for
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
 from openai_fake_tm import FakeTM, app_client, oai_client
-from public_bugs_testutil import post, sse
+from public_bugs_testutil import post, post_ok, sse
 from responses_testutil import sse as typed_sse
 from server_fixture import (
     FAKE_CONTEXT_LEN,
@@ -50,13 +50,6 @@ COMPLETIONS = "/v1/completions"
 FAKE_MODEL = "qa-model"  # plain_fake_server's --served-model-name
 HI = [{"role": "user", "content": "Hi"}]
 SCRIPT_Q = "[script] What is 6*7?"  # FakeScheduler writes FAKE_SCRIPT then EOS
-
-
-def _ok(server: ServerHandle, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    """The JSON answer of ``POST path``; asserts HTTP 200."""
-    r = post(server, path, body)
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 def _fake_tokens(tok: Any, n: int) -> list[str]:
@@ -127,8 +120,8 @@ def test_sglang_4589_null_response_format_is_served(plain_fake_server: ServerHan
     crashed the request with a 500. Expected: ``null`` is the field's default (no format), so the
     answer is the one without the field: the fake model's text, finish ``length``."""
     body = {"model": FAKE_MODEL, "messages": HI, "max_tokens": 4}
-    got = ChatCompletion.model_validate(_ok(plain_fake_server, CHAT, {**body, "response_format": None}))
-    want = ChatCompletion.model_validate(_ok(plain_fake_server, CHAT, body))
+    got = ChatCompletion.model_validate(post_ok(plain_fake_server, CHAT, {**body, "response_format": None}))
+    want = ChatCompletion.model_validate(post_ok(plain_fake_server, CHAT, body))
     assert got.choices[0].message.content == want.choices[0].message.content
     assert FAKE_TEXT.startswith(got.choices[0].message.content) and got.choices[0].finish_reason == "length"
 
@@ -157,7 +150,7 @@ def test_sglang_9461_json_schema_format_without_its_schema_is_a_400(
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"].startswith("response_format") and "json_schema" in err["message"], err
-    _ok(plain_fake_server, CHAT, {"model": FAKE_MODEL, "messages": HI, "max_tokens": 2})
+    post_ok(plain_fake_server, CHAT, {"model": FAKE_MODEL, "messages": HI, "max_tokens": 2})
 
 
 def test_vllm_12937_assistant_turn_with_empty_tool_calls_is_served(tok: Any) -> None:
@@ -206,7 +199,7 @@ def test_llamacpp_20226_each_streamed_choice_finishes_under_its_own_index(
         (COMPLETIONS, {"prompt": "Hi"}, lambda ch: ch.get("text") or ""),
     ):
         body = {"model": FAKE_MODEL, "max_tokens": 5, "n": n, **body}
-        full = _ok(plain_fake_server, path, body)["choices"]
+        full = post_ok(plain_fake_server, path, body)["choices"]
         want = {c["index"]: (c.get("message") or {}).get("content", c.get("text")) for c in full}
         chunks = sse(plain_fake_server, path, body)
         if path == CHAT:  # each chunk is read by the client's own type
@@ -229,7 +222,7 @@ def test_litellm_3276_streamed_logprobs_of_n_choices_stay_with_their_choice(
     are that choice's unstreamed ``logprobs.content`` -- one entry per generated token (the fake
     model's tokens, as the tokenizer decodes them), in order, with ``top_logprobs`` entries."""
     body = {"model": FAKE_MODEL, "messages": HI, "max_tokens": 4, "n": 2, "logprobs": True, "top_logprobs": 2}
-    full = ChatCompletion.model_validate(_ok(plain_fake_server, CHAT, body))
+    full = ChatCompletion.model_validate(post_ok(plain_fake_server, CHAT, body))
     want = {c.index: [(e.token, e.logprob) for e in c.logprobs.content] for c in full.choices}
     assert set(want) == {0, 1}
     for toks in want.values():
@@ -258,7 +251,7 @@ def test_sglang_12241_continuous_usage_stats_on_every_chunk(
     request's usage. Without ``include_usage`` no chunk has one (OpenAI's ``stream_options``)."""
     body = {"model": FAKE_MODEL, "max_tokens": 6}
     body.update({"messages": HI} if path == CHAT else {"prompt": "Hi"})
-    want = _ok(plain_fake_server, path, body)["usage"]
+    want = post_ok(plain_fake_server, path, body)["usage"]
     opts = {"include_usage": True, "continuous_usage_stats": True}
     chunks = sse(plain_fake_server, path, {**body, "stream_options": opts})
     usages = [c["usage"] for c in chunks]
@@ -286,8 +279,8 @@ def test_tgi_2925_max_completion_tokens_bounds_the_answer(
     ``max_tokens``; streamed, the folded text is the unstreamed one."""
     base = {"model": FAKE_MODEL, "messages": HI}
     for k in (1, 3):
-        got = _ok(plain_fake_server, CHAT, {**base, "max_completion_tokens": k})
-        same = _ok(plain_fake_server, CHAT, {**base, "max_tokens": k})
+        got = post_ok(plain_fake_server, CHAT, {**base, "max_completion_tokens": k})
+        same = post_ok(plain_fake_server, CHAT, {**base, "max_tokens": k})
         assert got["usage"]["completion_tokens"] == same["usage"]["completion_tokens"] == k
         assert got["choices"][0]["finish_reason"] == "length"
         text = got["choices"][0]["message"]["content"]
@@ -361,7 +354,7 @@ def test_sglang_9457_thinking_disabled_leaves_reasoning_content_empty(
         "max_tokens": 200,
         "chat_template_kwargs": {"thinking": False},
     }
-    full = ChatCompletion.model_validate(_ok(plain_fake_server, CHAT, off))
+    full = ChatCompletion.model_validate(post_ok(plain_fake_server, CHAT, off))
     msg = full.choices[0].message
     assert (msg.model_extra or {}).get("reasoning_content") is None and msg.content == FAKE_SCRIPT
     assert not (
@@ -372,7 +365,7 @@ def test_sglang_9457_thinking_disabled_leaves_reasoning_content_empty(
     assert not any(d.get("reasoning_content") for d in deltas)
     assert "".join(d.get("content") or "" for d in deltas) == FAKE_SCRIPT
     on = {**off, "chat_template_kwargs": {"thinking": True}}
-    split = _ok(plain_fake_server, CHAT, on)["choices"][0]["message"]
+    split = post_ok(plain_fake_server, CHAT, on)["choices"][0]["message"]
     assert split["reasoning_content"] == FAKE_REASONING and split["content"] != FAKE_SCRIPT
 
 
@@ -401,14 +394,14 @@ def test_omlx_2817_responses_cut_in_reasoning_are_incomplete(plain_fake_server: 
             assert events[-1]["type"] == "response.incomplete", [e["type"] for e in events]
             got = Response.model_validate(events[-1]["response"])
         else:
-            got = Response.model_validate(_ok(plain_fake_server, "/v1/responses", body))
+            got = Response.model_validate(post_ok(plain_fake_server, "/v1/responses", body))
         assert got.status == "incomplete" and got.incomplete_details.reason == "max_output_tokens", got
         assert [o.type for o in got.output] == ["reasoning"], got.output
         text = "".join(c.text for c in got.output[0].content or [])
         assert text and FAKE_REASONING.startswith(text), text
         assert got.usage.output_tokens == 5 == got.usage.output_tokens_details.reasoning_tokens
     done = Response.model_validate(
-        _ok(plain_fake_server, "/v1/responses", {**body, "max_output_tokens": 200})
+        post_ok(plain_fake_server, "/v1/responses", {**body, "max_output_tokens": 200})
     )
     assert done.status == "completed" and done.incomplete_details is None
     assert [o.type for o in done.output] == ["reasoning", "message"]
@@ -476,7 +469,7 @@ def test_sglang_1609_matched_stop_tells_eos_stop_token_and_stop_string_apart(
     ]
     for extra, reason, matched in cases:
         body = {**base, **extra}
-        ch = _ok(plain_fake_server, path, body)["choices"][0]
+        ch = post_ok(plain_fake_server, path, body)["choices"][0]
         assert (ch["finish_reason"], ch["matched_stop"]) == (reason, matched), (extra, ch)
         last = [c["choices"][0] for c in sse(plain_fake_server, path, body) if c["choices"]][-1]
         assert (last["finish_reason"], last["matched_stop"]) == (reason, matched), (extra, last)

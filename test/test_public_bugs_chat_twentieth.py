@@ -13,7 +13,6 @@ same request, and the ``openai`` client's own types for the streamed chunks.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -24,7 +23,9 @@ from transformers import PreTrainedTokenizerFast
 recipe = pytest.importorskip("deepseek_recipe")
 openai = pytest.importorskip("openai")
 
+from deepseek_recipe_testutil import recipe_prompt  # noqa: E402
 from openai.types.chat import ChatCompletionChunk  # noqa: E402
+from thinking_chat_testutil import chat_route_prompt  # noqa: E402
 
 CHAT = "/v1/chat/completions"
 X = {"role": "user", "content": "What is the weather in Paris?"}
@@ -42,29 +43,6 @@ CALL = {
     "type": "function",
     "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
 }
-
-
-def _recipe_prompt(body: dict[str, Any], thinking: bool) -> str:
-    """DeepSeek's own prompt text for ``body`` (the ``deepseek-recipe`` Chat Completions converter
-    and V4 encoder; thinking mode with the ``low`` effort, which adds no instruction)."""
-    b = {**copy.deepcopy(body), "model": "DeepSeek-V4-Pro"}
-    b["thinking"] = {"type": "enabled" if thinking else "disabled"}
-    if thinking:
-        b["reasoning_effort"] = "low"
-    req = recipe.ChatCompletionRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False))
-    return recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt
-
-
-def _our_prompt(tok: PreTrainedTokenizerFast, body: dict[str, Any], thinking: bool) -> str:
-    """The prompt text the chat route hands the engine for ``body`` (HTTP 200 asserted)."""
-    tm = FakeTM(tok)
-    r = _client(tm).post(
-        CHAT,
-        json={"model": "dsv4-test", **body, "max_tokens": 2, "chat_template_kwargs": {"thinking": thinking}},
-    )
-    assert r.status_code == 200, r.text
-    got = tm.received[-1]
-    return got.text if got.text is not None else tok.decode(got.input_ids)
 
 
 # --------------------------------------------------------------------------- message shapes
@@ -105,7 +83,9 @@ def test_vllm_50686_consecutive_assistant_messages_each_open_a_turn(
     body: dict[str, Any] = {"messages": _ASSISTANT_RUNS[case]}
     if case == "preamble_then_call":
         body["tools"] = [WEATHER]
-    assert _our_prompt(tok, body, thinking) == _recipe_prompt(body, thinking)
+    assert chat_route_prompt(tok, body, thinking) == recipe_prompt(
+        body, thinking, effort="low" if thinking else None
+    )
 
 
 def test_llm_d_inference_sim_666_empty_messages_is_400(tok: PreTrainedTokenizerFast) -> None:
@@ -126,7 +106,9 @@ def test_vllm_21089_empty_assistant_content_is_accepted(tok: PreTrainedTokenizer
     accepts it) was refused as an invalid assistant message. Expected: accepted and rendered as
     DeepSeek's own encoder renders it (an empty finished turn)."""
     body = {"messages": [X, {"role": "assistant", "content": ""}, Z]}
-    assert _our_prompt(tok, body, thinking) == _recipe_prompt(body, thinking)
+    assert chat_route_prompt(tok, body, thinking) == recipe_prompt(
+        body, thinking, effort="low" if thinking else None
+    )
 
 
 def test_sglang_4236_assistant_call_with_null_content_is_accepted(tok: PreTrainedTokenizerFast) -> None:
@@ -141,7 +123,7 @@ def test_sglang_4236_assistant_call_with_null_content_is_accepted(tok: PreTraine
             {"role": "tool", "tool_call_id": "call_1", "content": "18C"},
         ],
     }
-    assert _our_prompt(tok, body, False) == _recipe_prompt(body, False)
+    assert chat_route_prompt(tok, body, False) == recipe_prompt(body, False, effort=None)
 
 
 # --------------------------------------------------------------------------- streamed usage

@@ -18,7 +18,6 @@ option under test, and the ``openai`` client's own chunk types.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -29,34 +28,14 @@ from transformers import PreTrainedTokenizerFast
 recipe = pytest.importorskip("deepseek_recipe")
 openai = pytest.importorskip("openai")
 
+from deepseek_recipe_testutil import recipe_prompt  # noqa: E402
 from openai.types.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
+from thinking_chat_testutil import chat_route_prompt  # noqa: E402
 
 CHAT = "/v1/chat/completions"
 MODEL = "dsv4-test"
 HI = [{"role": "user", "content": "Hi"}]
 REPLY = "Hello there, general Kenobi."  # FakeTM's default reply (choice k > 0 appends " #k")
-
-
-def _recipe_prompt(body: dict[str, Any], thinking: bool) -> str:
-    """DeepSeek's own prompt text for ``body`` (the ``deepseek-recipe`` Chat Completions converter
-    and V4 encoder; thinking mode with the ``low`` effort, which adds no instruction)."""
-    b = {**copy.deepcopy(body), "model": "DeepSeek-V4-Pro"}
-    b["thinking"] = {"type": "enabled" if thinking else "disabled"}
-    if thinking:
-        b["reasoning_effort"] = "low"
-    req = recipe.ChatCompletionRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False))
-    return recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt
-
-
-def _our_prompt(tok: PreTrainedTokenizerFast, body: dict[str, Any], thinking: bool) -> str:
-    """The prompt text the chat route hands the engine for ``body`` (HTTP 200 asserted)."""
-    tm = FakeTM(tok)
-    r = _client(tm).post(
-        CHAT, json={"model": MODEL, **body, "max_tokens": 2, "chat_template_kwargs": {"thinking": thinking}}
-    )
-    assert r.status_code == 200, r.text
-    got = tm.received[-1]
-    return got.text if got.text is not None else tok.decode(got.input_ids)
 
 
 def _post(tok: PreTrainedTokenizerFast, body: dict[str, Any], reply: str = REPLY) -> Any:
@@ -124,8 +103,8 @@ def test_sglang_37845_multi_part_text_on_system_and_assistant_messages(
     worked). Expected: HTTP 200, and the prompt DeepSeek's own encoder renders for the same
     request (every part's text reaches the prompt, joined as DeepSeek joins them)."""
     body = {"messages": _MULTI_PART[case]}
-    got = _our_prompt(tok, body, thinking)
-    assert got == _recipe_prompt(body, thinking)
+    got = chat_route_prompt(tok, body, thinking)
+    assert got == recipe_prompt(body, thinking, effort="low" if thinking else None)
     for m in _MULTI_PART[case]:
         if isinstance(m["content"], list):
             assert all(p["text"].strip() in got for p in m["content"])
@@ -143,11 +122,11 @@ def test_sglang_3579_conversation_of_one_assistant_message(
     checked: the reference encoder keeps the reasoning of an assistant turn after the last user
     turn (there is none here), which the ``deepseek-recipe`` converter drops."""
     body = {"messages": [{"role": "assistant", "content": "Hello, who are you?"}]}
-    got = _our_prompt(tok, body, thinking)
+    got = chat_route_prompt(tok, body, thinking)
     if thinking:
         assert "Hello, who are you?<｜end▁of▁sentence｜>" in got and got.endswith("<｜Assistant｜><think>")
     else:
-        assert got == _recipe_prompt(body, thinking)
+        assert got == recipe_prompt(body, thinking, effort="low" if thinking else None)
     r = _post(tok, {**body, "chat_template_kwargs": {"thinking": thinking}})
     assert r.status_code == 200, r.text
     assert ChatCompletion.model_validate(r.json()).choices[0].message.content == REPLY
@@ -264,7 +243,9 @@ def test_openai_python_155_n_does_not_multiply_prompt_tokens(
     ``n: 3`` request is the prompt counted once. Expected: the DeepSeek-V4 tokenizer's count of
     the prompt DeepSeek's encoder renders, equal to a cold ``n: 1`` run's; ``completion_tokens``
     is the sum over the choices."""
-    want_prompt = len(tok.encode(_recipe_prompt({"messages": HI}, False), add_special_tokens=False))
+    want_prompt = len(
+        tok.encode(recipe_prompt({"messages": HI}, False, effort=None), add_special_tokens=False)
+    )
     cold = _post(tok, {"messages": HI}).json()["usage"]
     assert cold["prompt_tokens"] == want_prompt
     if stream:
@@ -356,9 +337,9 @@ def test_sglang_26176_continued_answer_prefix_renders_after_the_thinking_block(
     ``content: null`` prefill is answered (HTTP 200), its reasoning block left open."""
     prefix = {"role": "assistant", "content": '{"answer":', "reasoning_content": "340 + 51 = 391."}
     body = {"messages": [Q, prefix], **CONTINUE}
-    full = _recipe_prompt({"messages": [Q, prefix]}, False)
-    assert _our_prompt(tok, body, False) == full[: full.rindex(EOS)]
-    got = _our_prompt(tok, body, True)
+    full = recipe_prompt({"messages": [Q, prefix]}, False, effort=None)
+    assert chat_route_prompt(tok, body, False) == full[: full.rindex(EOS)]
+    got = chat_route_prompt(tok, body, True)
     assert got.endswith('<｜Assistant｜><think>340 + 51 = 391.</think>{"answer":')
     think = {**body, "chat_template_kwargs": {"thinking": True}}
     assert _continued(tok, think, " 391}") == [(" 391}", None)] * 2
@@ -366,7 +347,7 @@ def test_sglang_26176_continued_answer_prefix_renders_after_the_thinking_block(
     null = {**body, "messages": [Q, {"role": "assistant", "content": None, "reasoning_content": "Hmm."}]}
     null["chat_template_kwargs"] = {"thinking": True}
     # a reasoning-only prefill continues its open reasoning (DeepSeek's prefix completion)
-    assert _our_prompt(tok, null, True).endswith("<｜Assistant｜><think>Hmm.")
+    assert chat_route_prompt(tok, null, True).endswith("<｜Assistant｜><think>Hmm.")
     assert _continued(tok, null, " Yes.</think>391") == [("391", " Yes.")] * 2
 
 
@@ -380,7 +361,7 @@ def test_ds4_897_prefill_ending_in_think_end_continues_as_content(tok: PreTraine
         "content": "<think>17*23 = 340 + 51 = 391. I will answer directly.</think>",
     }
     body = {"messages": [Q, prefill], **CONTINUE, "chat_template_kwargs": {"thinking": True}}
-    assert _our_prompt(tok, body, True).endswith(prefill["content"])
+    assert chat_route_prompt(tok, body, True).endswith(prefill["content"])
     assert _continued(tok, body, "17 x 23 = 391.") == [("17 x 23 = 391.", None)] * 2
 
 

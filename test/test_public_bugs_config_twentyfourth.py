@@ -56,6 +56,7 @@ import pytest
 import torch
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from model_config_testutil import hf_config
 from openai_fake_tm import FakeTM, app_client, oai_client
 from sglang_source_testutil import sglang_function
 from sglang_v4.configs.model_config import ModelConfig
@@ -68,8 +69,6 @@ from transformers import AutoConfig, AutoTokenizer, DeepseekV4Config, Generation
 FIXTURES = Path(__file__).parent / "fixtures" / "configs"
 TINY = json.loads((FIXTURES / "tiny-DeepseekV4ForCausalLM.config.json").read_text())
 FLASH = json.loads((FIXTURES / "DeepSeek-V4-Flash.config.json").read_text())
-#: Keys transformers' config class does not take as fields (file metadata).
-_META = ("architectures", "auto_map", "torch_dtype", "dtype", "transformers_version", "model_type")
 DUMMY: dict[str, Any] = {"load_format": "dummy", "device": "cpu"}
 
 
@@ -86,19 +85,6 @@ def _model_dir(path: Path, cfg: dict[str, Any], generation: dict[str, Any] | Non
     if generation is not None:
         (path / "generation_config.json").write_text(json.dumps(generation))
     return path
-
-
-def _hf_config(raw: dict[str, Any]) -> DeepseekV4Config:
-    """transformers' config object of ``raw`` (a flat ``rope_scaling`` given as HF's
-    ``rope_parameters``, the file-metadata keys dropped)."""
-    r = copy.deepcopy(raw)
-    for k in _META:
-        r.pop(k, None)
-    if isinstance(r.get("rope_scaling"), dict) and "rope_parameters" not in r:
-        rope = r.pop("rope_scaling")
-        rope["rope_type"] = rope.pop("type", rope.get("rope_type"))
-        r["rope_parameters"] = rope
-    return DeepseekV4Config(**r)
 
 
 def _sglang_constant(module_path: str, name: str) -> Any:
@@ -220,7 +206,7 @@ def test_vllm_43443_hf_layout_layer_types_give_transformers_ratios() -> None:
         },
         {**TINY, "layer_types": None},
     ):
-        ref = _hf_config(raw)
+        ref = hf_config(raw)
         want = [ref.compress_rates.get(t, 0) for t in ref.layer_types]
         mc = ModelConfig.from_dict(raw)
         assert mc.compress_ratios[:n] == want
@@ -233,7 +219,7 @@ def test_vllm_43443_hf_layout_layer_types_give_transformers_ratios() -> None:
     from huggingface_hub.errors import StrictDataclassClassValidationError
 
     with pytest.raises(StrictDataclassClassValidationError, match="num_hidden_layers"):
-        _hf_config(short)
+        hf_config(short)
     with pytest.raises(ValueError, match="layer_types"):
         ModelConfig.from_dict(short)
 
@@ -259,7 +245,7 @@ def test_vllm_55116_scaled_max_position_embeddings_is_not_scaled_again() -> None
         },
     )
     flash = ModelConfig.from_dict(FLASH)
-    assert flash.context_length == get_context_length(_hf_config(FLASH)) == 1048576
+    assert flash.context_length == get_context_length(hf_config(FLASH)) == 1048576
     rope = FLASH["rope_scaling"]
     assert rope["factor"] * rope["original_max_position_embeddings"] == flash.context_length
 
@@ -269,7 +255,7 @@ def test_vllm_55116_scaled_max_position_embeddings_is_not_scaled_again() -> None
         "max_position_embeddings": 8192,
         "rope_scaling": {"type": "yarn", "factor": 4.0, "beta_fast": 32, "beta_slow": 1},
     }
-    want = get_context_length(_hf_config(raw))
+    want = get_context_length(hf_config(raw))
     assert want == 8192
     assert ModelConfig.from_dict(raw).context_length == want
 

@@ -37,7 +37,6 @@ Python's ``json``, safetensors' own reader.
 from __future__ import annotations
 
 import ast
-import copy
 import importlib.util
 import json
 import logging
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from model_config_testutil import hf_config
 from openai_fake_tm import FakeTM, app_client
 from safetensors import safe_open
 from sglang_v4.configs.model_config import ModelConfig
@@ -56,13 +56,11 @@ from sglang_v4.entrypoints.openai.sampling_defaults import model_sampling_defaul
 from sglang_v4.model_loader.weight_loader import check_checkpoint
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.tools.make_checkpoint import write_checkpoint
-from transformers import AutoConfig, AutoTokenizer, DeepseekV4Config
+from transformers import AutoConfig, AutoTokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "configs"
 TINY = json.loads((FIXTURES / "tiny-DeepseekV4ForCausalLM.config.json").read_text())
 FLASH = json.loads((FIXTURES / "DeepSeek-V4-Flash.config.json").read_text())
-#: Keys transformers' config class does not take as fields (file metadata).
-_META = ("architectures", "auto_map", "torch_dtype", "dtype", "transformers_version", "model_type")
 #: SGLang's context-length keys other than ``max_position_embeddings`` (its ``CONTEXT_LENGTH_KEYS``).
 _OTHER_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length")
 
@@ -100,19 +98,6 @@ def _cuda_args(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> ServerArgs:
     return ServerArgs(device="cuda", **kw)
 
 
-def _hf_config(raw: dict[str, Any]) -> DeepseekV4Config:
-    """transformers' own config object of ``raw`` (a flat ``rope_scaling`` given as HF's
-    ``rope_parameters``, the file-metadata keys dropped)."""
-    r = copy.deepcopy(raw)
-    for k in _META:
-        r.pop(k, None)
-    if isinstance(r.get("rope_scaling"), dict) and "rope_parameters" not in r:
-        rope = r.pop("rope_scaling")
-        rope["rope_type"] = rope.pop("type", rope.get("rope_type"))
-        r["rope_parameters"] = rope
-    return DeepseekV4Config(**r)
-
-
 # --------------------------------------------------------------------------- context length
 
 
@@ -126,7 +111,7 @@ def test_sglang_1799_a_context_key_sglang_prefers_sets_the_context_length(key: s
     get_context_length = _sglang_get_context_length()
     raw = {**TINY, key: 4096}
     mc = ModelConfig.from_dict(raw)
-    assert get_context_length(_hf_config(raw)) == 4096 < raw["max_position_embeddings"]
+    assert get_context_length(hf_config(raw)) == 4096 < raw["max_position_embeddings"]
     assert mc.context_length == 4096
     assert mc.context_length_key == key
     check_context_length(4096, mc)
@@ -137,7 +122,7 @@ def test_sglang_1799_a_context_key_sglang_prefers_sets_the_context_length(key: s
         mc = ModelConfig.from_dict(published)
         assert (
             mc.context_length
-            == get_context_length(_hf_config(published))
+            == get_context_length(hf_config(published))
             == published["max_position_embeddings"]
         )
         assert mc.context_length_key == "max_position_embeddings"
@@ -152,7 +137,7 @@ def test_sglang_1799_the_runner_serves_the_context_sglang_reads() -> None:
 
     cfg = get_preset("tiny")
     cfg["max_seq_len"] = 512
-    want = _sglang_get_context_length()(_hf_config(cfg))
+    want = _sglang_get_context_length()(hf_config(cfg))
     assert want == 512 != cfg["max_position_embeddings"]
     sa = ServerArgs(device="cpu", load_format="dummy", page_size=128, max_total_tokens=4096)
     runner = ModelRunner(ModelConfig.from_dict(cfg), sa)
@@ -165,7 +150,7 @@ def test_exllamav2_404_a_model_max_length_above_max_position_embeddings_wins() -
     Expected: SGLang's context length (131072), and ``--context-length 131072`` needs no override."""
     raw = {**TINY, "max_position_embeddings": 8192, "model_max_length": 131072}
     mc = ModelConfig.from_dict(raw)
-    assert mc.context_length == _sglang_get_context_length()(_hf_config(raw)) == 131072
+    assert mc.context_length == _sglang_get_context_length()(hf_config(raw)) == 131072
     check_context_length(131072, mc)  # no SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN needed
 
 
@@ -209,7 +194,7 @@ def test_deepseek_r1_695_tokenizer_model_max_length_is_not_the_context(tmp_path:
     tcfg = json.loads((src / "tokenizer_config.json").read_text())
     tcfg["model_max_length"] = 16
     (d / "tokenizer_config.json").write_text(json.dumps(tcfg))
-    assert _sglang_get_context_length()(_hf_config(raw)) == 131072
+    assert _sglang_get_context_length()(hf_config(raw)) == 131072
     tok = check_model_dir(str(d), load_format="dummy", context_length=131072, device="cpu")
     assert ModelConfig.from_pretrained(str(d)).context_length == 131072
     text = "one two three four five six seven eight nine ten " * 4
@@ -240,7 +225,7 @@ def test_sglang_27974_rope_override_under_text_config_is_refused_not_ignored(tmp
         ModelConfig.from_pretrained(str(tmp_path), {"text_config": {"rope_parameters": yarn}})
     mc = ModelConfig.from_pretrained(str(tmp_path), {"rope_scaling": dict(yarn)})
     raw = {k: v for k, v in TINY.items() if k not in ("rope_parameters", "compress_rope_parameters")}
-    ref = _hf_config({**raw, "rope_parameters": dict(yarn)})
+    ref = hf_config({**raw, "rope_parameters": dict(yarn)})
     assert mc.hf.rope_parameters == ref.rope_parameters
     assert mc.hf.rope_parameters["compress"]["factor"] == 2.0
 
@@ -260,7 +245,7 @@ def test_vllm_20857_legacy_type_key_in_a_rope_override_is_read(tmp_path: Path) -
     mc = ModelConfig.from_pretrained(str(tmp_path), {"rope_scaling": dict(legacy)})
     modern = {k: v for k, v in legacy.items() if k != "type"} | {"rope_type": "yarn"}
     raw = {k: v for k, v in TINY.items() if k not in ("rope_parameters", "compress_rope_parameters")}
-    ref = _hf_config({**raw, "rope_parameters": modern})
+    ref = hf_config({**raw, "rope_parameters": modern})
     assert mc.hf.rope_parameters["compress"]["rope_type"] == "yarn"
     for key in ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "rope_theta"):
         assert mc.hf.rope_parameters["compress"][key] == ref.rope_parameters["compress"][key], key
@@ -273,7 +258,7 @@ def test_lightllm_344_rope_scaling_null_is_no_scaling() -> None:
     transformers builds the config that has no rope scaling."""
     raw = {**FLASH, "rope_scaling": None}
     mc = ModelConfig.from_dict(raw)
-    ref = _hf_config({k: v for k, v in FLASH.items() if k != "rope_scaling"})
+    ref = hf_config({k: v for k, v in FLASH.items() if k != "rope_scaling"})
     assert mc.hf.rope_parameters == ref.rope_parameters
     for kind, theta in (("main", FLASH["rope_theta"]), ("compress", FLASH["compress_rope_theta"])):
         assert mc.hf.rope_parameters[kind]["rope_type"] == "default"
@@ -400,7 +385,7 @@ def test_german_gpt2_9_eos_token_id_outside_the_vocabulary_is_named_and_left_out
     log = logging.getLogger("transformers")
     log.addHandler(h)
     try:
-        _hf_config({**TINY, "eos_token_id": vocab})
+        hf_config({**TINY, "eos_token_id": vocab})
     finally:
         log.removeHandler(h)
     assert any("eos_token_id" in m and "vocabulary" in m for m in h.messages), h.messages

@@ -28,6 +28,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from detokenizer_testutil import byte_token
 from openai_fake_tm import A, B, FakeTM, U, app_client, oai_client, sse_data_events
 from server_fixture import FAKE_TEXT
 from sglang_v4.hf_transformers_utils import byte_level_token_bytes
@@ -75,14 +76,6 @@ def _stream(
     return chunks, final, windows
 
 
-def _byte_token(hf: Any, b: int) -> int:
-    """The id of the vocabulary token that is the single byte ``b`` (byte-level BPE)."""
-    for t in range(512):
-        if byte_level_token_bytes(hf, t) == bytes([b]):
-            return t
-    raise AssertionError(f"no single-byte token for {b:#x}")
-
-
 # --------------------------------------------------------------------------- streamed text
 
 
@@ -94,7 +87,7 @@ def test_djl_serving_3085_token_holding_a_character_tail_and_the_next_character(
     the vocabulary token of its last byte followed by "果" -- stream as "苹果", the one-shot decode,
     with no U+FFFD in any chunk; the per-token decodes would not."""
     pair = hf.convert_tokens_to_ids(
-        hf.convert_ids_to_tokens(_byte_token(hf, 0xE8)) + hf.convert_ids_to_tokens(_byte_token(hf, 0x8B))
+        hf.convert_ids_to_tokens(byte_token(hf, 0xE8)) + hf.convert_ids_to_tokens(byte_token(hf, 0x8B))
     )
     tail = next(t for t in range(len(hf)) if byte_level_token_bytes(hf, t) == b"\xb9" + "果".encode())
     assert byte_level_token_bytes(hf, pair) == b"\xe8\x8b"

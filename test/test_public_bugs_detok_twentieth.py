@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from detokenizer_testutil import byte_token, encode_plain, stream_detok
 from openai_fake_tm import FakeTM, app_client, oai_client
 from public_bugs_testutil import post, sse
 from server_fixture import (
@@ -35,7 +36,7 @@ from server_fixture import (
     ServerHandle,
     hf_auto_tokenizer,
 )
-from sglang_v4.hf_transformers_utils import byte_level_token_bytes, get_tokenizer
+from sglang_v4.hf_transformers_utils import get_tokenizer
 from sglang_v4.managers.detokenizer_manager import MAX_HELD_TOKENS, DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
 
@@ -44,52 +45,6 @@ pytestmark = pytest.mark.timeout(240)
 FFFD = "\ufffd"
 CHAT = "/v1/chat/completions"
 FAKE_MODEL = "qa-model"  # plain_fake_server's --served-model-name
-
-
-def _enc(hf: Any, text: str) -> list[int]:
-    return hf.encode(text, add_special_tokens=False)
-
-
-def _stream(
-    tokenizer: Any,
-    ids: list[int],
-    reason: Any = None,
-    per_message: int = 1,
-    skip: bool = True,
-    **fields: Any,
-) -> tuple[list[str], str]:
-    """Feed ``ids`` to a fresh detokenizer ``per_message`` tokens a message (the last message
-    finishes with ``reason``, by default the length); returns the chunks sent and the final text."""
-    dm = DetokenizerManager(tokenizer)
-    chunks: list[str] = []
-    prev = 0
-    final = None
-    for k in [*range(per_message, len(ids), per_message), len(ids)]:
-        last = k == len(ids)
-        m = BatchTokenIDOut.empty()
-        m.append(
-            rid="r",
-            finished_reason=(reason or finish_length(k)) if last else None,
-            output_ids=ids[prev:k],
-            prompt_tokens=1,
-            completion_tokens=k,
-            skip_special_tokens=skip,
-            **fields,
-        )
-        out = dm.handle_batch_token_id_out(m)
-        chunks.append(out.output_strs[0])
-        final = out.final_strs[0]
-        prev = k
-    assert final is not None and not dm.decode_status
-    return chunks, final
-
-
-def _byte_token(hf: Any, b: int) -> int:
-    """The id of the vocabulary token that is the single byte ``b`` (byte-level BPE)."""
-    for t in range(512):
-        if byte_level_token_bytes(hf, t) == bytes([b]):
-            return t
-    raise AssertionError(f"no single-byte token for {b:#x}")
 
 
 # --------------------------------------------------------------------------- the end of a request
@@ -103,10 +58,10 @@ def test_lattice_751_eos_after_an_incomplete_character_keeps_its_tail(fast, hf, 
     decode of the ids before EOS -- the lone lead bytes decode to U+FFFD, nothing is lost -- in
     any message sizes, and the streamed chunks join to it."""
     eos = hf.convert_tokens_to_ids(hf.eos_token)
-    ids = [*_enc(hf, "Rocket: 🚀 then"), _byte_token(hf, 0xF0), _byte_token(hf, 0x9F), eos]
+    ids = [*encode_plain(hf, "Rocket: 🚀 then"), byte_token(hf, 0xF0), byte_token(hf, 0x9F), eos]
     want = hf.decode(ids[:-1])
     assert want == "Rocket: 🚀 then" + FFFD
-    chunks, final = _stream(fast, ids, finish_stop(eos), per_message)
+    chunks, final = stream_detok(fast, ids, finish_stop(eos), per_message)
     assert "".join(chunks) == final == want
 
 
@@ -175,13 +130,15 @@ def test_vmlx_swift_109_text_after_the_matched_stop_never_leaks(fast, hf, no_sto
     carries tokens past the stop string (one message for the whole output, or several).
     Expected: the final text is the one-shot decode cut before the stop string (through it with
     ``no_stop_trim``), the chunks join to it, and no chunk holds text after the stop."""
-    ids = _enc(hf, "one, two, three, four, five, six, seven")
+    ids = encode_plain(hf, "one, two, three, four, five, six, seven")
     full = hf.decode(ids)
     cut = full.index("five") + (len("five") if no_stop_trim else 0)
     want = full[:cut]
     for per_message in (1, 4, 100):
-        dm_ids = ids if per_message == 100 else ids[: len(_enc(hf, "one, two, three, four, five"))]
-        chunks, final = _stream(fast, dm_ids, finish_stop("five"), per_message, no_stop_trim=no_stop_trim)
+        dm_ids = ids if per_message == 100 else ids[: len(encode_plain(hf, "one, two, three, four, five"))]
+        chunks, final = stream_detok(
+            fast, dm_ids, finish_stop("five"), per_message, no_stop_trim=no_stop_trim
+        )
         assert final == want, (per_message, final)
         assert "".join(chunks) == want and "six" not in "".join(chunks)
 
@@ -195,8 +152,8 @@ def test_mlx_lm_1873_requests_in_one_message_keep_their_own_decode_state(fast, h
     Expected: two requests whose tokens arrive interleaved in the same scheduler messages --
     both with characters split across tokens -- each stream exactly their own one-shot decode,
     with no U+FFFD in any chunk."""
-    a = _enc(hf, "over 40 years 😀 ok")
-    b = _enc(hf, "disengage, allowing now 你好🇯🇵")
+    a = encode_plain(hf, "over 40 years 😀 ok")
+    b = encode_plain(hf, "disengage, allowing now 你好🇯🇵")
     dm = DetokenizerManager(fast)
     got: dict[str, list[str]] = {"a": [], "b": []}
     finals: dict[str, str] = {}
@@ -232,10 +189,10 @@ def test_turbo_fieldfare_118_whitespace_run_then_punctuation_is_not_lost(fast, h
     code) lost the punctuation from the stream: ids ``["▁▁▁▁", "."]`` decoded to "   ." in one
     shot but streamed as "    ". Expected: such texts, streamed one token per message and two
     per message, join to the one-shot decode, which is the text itself."""
-    ids = _enc(hf, text)
+    ids = encode_plain(hf, text)
     assert hf.decode(ids) == text
     for per_message in (1, 2):
-        chunks, final = _stream(fast, ids, per_message=per_message)
+        chunks, final = stream_detok(fast, ids, per_message=per_message)
         assert "".join(chunks) == final == text
 
 
@@ -257,7 +214,7 @@ def test_mlx_swift_lm_465_cleanup_tokenizer_streams_every_comma(tmp_path: Path) 
     ids = oracle.encode(text, add_special_tokens=False)
     want = oracle.decode(ids)
     assert want == text
-    chunks, final = _stream(ours, ids)
+    chunks, final = stream_detok(ours, ids)
     assert "".join(chunks) == final == want
     assert json.loads(final) == {"a": 1, "b": [2, 3], "c": "x . y ?"}
 
@@ -268,9 +225,9 @@ def test_tokenizers_1141_first_token_keeps_its_leading_space(fast, hf) -> None:
     Expected: an output whose first token starts with a space streams that space in the first
     chunk, every word keeps its space, and the chunks join to the one-shot decode."""
     text = " I am testing out prompt tokenization and would like to know"
-    ids = _enc(hf, text)
+    ids = encode_plain(hf, text)
     assert hf.decode(ids) == text
-    chunks, final = _stream(fast, ids)
+    chunks, final = stream_detok(fast, ids)
     assert chunks[0] == hf.decode(ids[:1]) == " I"
     assert "".join(chunks) == final == text
     assert sum(c.startswith(" ") for c in chunks) == text.count(" ")
@@ -281,8 +238,8 @@ def test_vllm_984_space_after_a_full_stop_survives_incremental_decode(fast, hf) 
     ("...for LLMs.It is designed"), which the one-shot decode has. Expected: sentences streamed
     one token per message join to the one-shot decode, ". It" included."""
     text = "vLLM is a high-throughput engine for LLMs. It is designed for production. 它很快。 Yes."
-    ids = _enc(hf, text)
-    chunks, final = _stream(fast, ids)
+    ids = encode_plain(hf, text)
+    chunks, final = stream_detok(fast, ids)
     assert "".join(chunks) == final == hf.decode(ids) == text
     assert "LLMs. It" in final
 
@@ -316,12 +273,16 @@ def test_dynamo_2413_window_holds_long_clusters_and_byte_runs(fast, hf) -> None:
     token per message) to the one-shot decode, with no U+FFFD in any chunk where the one-shot
     text has none."""
     text = "A 👨‍👩‍👧‍👦👩🏽‍💻🏳️‍🌈 e\u0301\u0302\u0303\u0304 ok"
-    ids = _enc(hf, text)
+    ids = encode_plain(hf, text)
     assert len(ids) > 2 * MAX_HELD_TOKENS
-    chunks, final = _stream(fast, ids)
+    chunks, final = stream_detok(fast, ids)
     assert "".join(chunks) == final == hf.decode(ids) == text
     assert not any(FFFD in c for c in chunks)
-    stray = [*_enc(hf, "x"), *([_byte_token(hf, 0x80)] * (MAX_HELD_TOKENS + 3)), *_enc(hf, "中y")]
-    chunks, final = _stream(fast, stray)
+    stray = [
+        *encode_plain(hf, "x"),
+        *([byte_token(hf, 0x80)] * (MAX_HELD_TOKENS + 3)),
+        *encode_plain(hf, "中y"),
+    ]
+    chunks, final = stream_detok(fast, stray)
     assert "".join(chunks) == final == hf.decode(stray)
     assert final.endswith("中y")

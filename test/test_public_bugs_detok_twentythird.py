@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from detokenizer_testutil import encode_plain, stream_detok
 from openai_fake_tm import FakeTM, app_client, oai_client
 from server_fixture import FAKE_TEXT, hf_auto_tokenizer
 from sglang_v4.hf_transformers_utils import get_tokenizer
@@ -31,44 +32,6 @@ pytestmark = pytest.mark.timeout(240)
 
 FFFD = "\ufffd"
 EOS_TEXT = "<｜end▁of▁sentence｜>"
-
-
-def _enc(hf: Any, text: str) -> list[int]:
-    return hf.encode(text, add_special_tokens=False)
-
-
-def _stream(
-    tokenizer: Any,
-    ids: list[int],
-    reason: Any = None,
-    per_message: int = 1,
-    skip: bool = True,
-    **fields: Any,
-) -> tuple[list[str], str]:
-    """Feed ``ids`` to a fresh detokenizer ``per_message`` tokens a message (the last message
-    finishes with ``reason``, by default the length); returns the chunks sent and the final text."""
-    dm = DetokenizerManager(tokenizer)
-    chunks: list[str] = []
-    prev = 0
-    final = None
-    for k in [*range(per_message, len(ids), per_message), len(ids)]:
-        last = k == len(ids)
-        m = BatchTokenIDOut.empty()
-        m.append(
-            rid="r",
-            finished_reason=(reason or finish_length(k)) if last else None,
-            output_ids=ids[prev:k],
-            prompt_tokens=1,
-            completion_tokens=k,
-            skip_special_tokens=skip,
-            **fields,
-        )
-        out = dm.handle_batch_token_id_out(m)
-        chunks.append(out.output_strs[0])
-        final = out.final_strs[0]
-        prev = k
-    assert final is not None and not dm.decode_status
-    return chunks, final
 
 
 # --------------------------------------------------------------------------- split characters
@@ -83,10 +46,10 @@ def test_ferrox_124_emoji_ending_an_answer_is_not_two_replacement_characters(
     the answer, ended by EOS, streamed one token a message, two, or all at once, gives the
     one-shot ``transformers`` decode -- the emoji whole -- and no chunk holds U+FFFD."""
     text = "Hello! How can I assist you today? 😊"
-    ids = _enc(hf, text)
+    ids = encode_plain(hf, text)
     assert FFFD in hf.decode(ids[-1:]) and FFFD in hf.decode(ids[-2:-1])  # the emoji is split
     eos = hf.convert_tokens_to_ids(hf.eos_token)
-    chunks, final = _stream(fast, [*ids, eos], finish_stop(eos), per_message)
+    chunks, final = stream_detok(fast, [*ids, eos], finish_stop(eos), per_message)
     assert "".join(chunks) == final == hf.decode(ids) == text
     assert not any(FFFD in c for c in chunks), chunks
 
@@ -101,9 +64,9 @@ def test_dynamo_12630_korean_at_message_boundaries_keeps_every_syllable(
     two or three byte tokens, streamed in several message sizes, joins to the one-shot decode,
     and no chunk holds U+FFFD."""
     text = "삼겹살 맛집을 추천해 주세요. 겹겹이 쌓인 삼겹살!"
-    ids = _enc(hf, text)
+    ids = encode_plain(hf, text)
     assert sum(FFFD in hf.decode([t]) for t in ids) >= 4
-    chunks, final = _stream(fast, ids, per_message=per_message)
+    chunks, final = stream_detok(fast, ids, per_message=per_message)
     assert "".join(chunks) == final == hf.decode(ids) == text
     assert not any(FFFD in c for c in chunks), chunks
 
@@ -114,8 +77,8 @@ def test_mlx_swift_examples_252_chinese_streamed_token_by_token_is_not_garbled(f
     space token was lost). Expected: the same text, and a variant whose CJK characters are
     split into byte tokens, stream one token a message to the one-shot decode with no U+FFFD."""
     for text in ("Swift 社区非常活跃", "Swift 社区非常活跃，龘靐齉。"):
-        ids = _enc(hf, text)
-        chunks, final = _stream(fast, ids)
+        ids = encode_plain(hf, text)
+        chunks, final = stream_detok(fast, ids)
         assert "".join(chunks) == final == hf.decode(ids) == text
         assert not any(FFFD in c for c in chunks), chunks
 
@@ -132,12 +95,12 @@ def test_skyrl_778_stop_string_inside_one_token_cuts_the_text_not_the_token(
     cut at the token ("Hello...") instead of at the stop string. Expected: the final text is
     the one-shot decode cut where Python's ``str.find`` finds the stop (through it with
     ``no_stop_trim``): "Hello" / "Hello.."; the streamed chunks join to it."""
-    ids = _enc(hf, "Hello... world")
+    ids = encode_plain(hf, "Hello... world")
     assert hf.decode(ids[1:2]) == "..."
     full = hf.decode(ids[:2])
     at = full.find("..")
     want = full[: at + 2] if no_stop_trim else full[:at]
-    chunks, final = _stream(fast, ids[:2], finish_stop(".."), per_message, no_stop_trim=no_stop_trim)
+    chunks, final = stream_detok(fast, ids[:2], finish_stop(".."), per_message, no_stop_trim=no_stop_trim)
     assert final == want == ("Hello.." if no_stop_trim else "Hello")
     assert "".join(chunks) == final
 
@@ -152,11 +115,13 @@ def test_vllm_3672_special_stop_token_does_not_cut_the_text_by_its_length(
     the matched stop token, the final text is the one-shot decode of the ids before it, whole;
     with ``no_stop_trim`` and special tokens kept, the decode of every id (EOS text included)."""
     text = "A thumb war is a game between two people and is not typically associated with harm or injury."
-    ids = _enc(hf, text)
+    ids = encode_plain(hf, text)
     eos = hf.convert_tokens_to_ids(hf.eos_token)
-    chunks, final = _stream(fast, [*ids, eos], finish_stop(eos), per_message)
+    chunks, final = stream_detok(fast, [*ids, eos], finish_stop(eos), per_message)
     assert "".join(chunks) == final == hf.decode(ids) == text
-    chunks, final = _stream(fast, [*ids, eos], finish_stop(eos), per_message, skip=False, no_stop_trim=True)
+    chunks, final = stream_detok(
+        fast, [*ids, eos], finish_stop(eos), per_message, skip=False, no_stop_trim=True
+    )
     assert "".join(chunks) == final == hf.decode([*ids, eos], skip_special_tokens=False) == text + EOS_TEXT
 
 
@@ -186,7 +151,7 @@ def test_pegainfer_584_eos_as_the_first_token_gives_empty_text(fast: Any, hf: An
     text, streamed and final, special tokens skipped or kept (the stop token is trimmed) -- the
     ``transformers`` decode of no ids."""
     eos = hf.convert_tokens_to_ids(hf.eos_token)
-    chunks, final = _stream(fast, [eos], finish_stop(eos), skip=skip)
+    chunks, final = stream_detok(fast, [eos], finish_stop(eos), skip=skip)
     assert chunks == [""] and final == hf.decode([]) == ""
 
 
@@ -201,7 +166,7 @@ def test_rapid_mlx_209_stream_interval_keeps_every_token(fast: Any, hf: Any, int
     to the final text, which is ``transformers``' decode of all the ids, no chunk holds U+FFFD,
     and every message with new complete text sends some."""
     text = "Streaming 你好，世界！ with 😊🎉 and 삼겹살 at every interval. Done."
-    ids = _enc(hf, text)
+    ids = encode_plain(hf, text)
     dm = DetokenizerManager(fast)
     cuts = [1, *range(1 + interval, len(ids), interval), len(ids)]
     chunks: list[str] = []
@@ -239,8 +204,15 @@ def test_transformers_js_1520_special_tokens_stream_when_generated(fast: Any, hf
     think_end = hf.convert_tokens_to_ids("</think>")
     eos = hf.convert_tokens_to_ids(hf.eos_token)
     bos = hf.convert_tokens_to_ids(hf.bos_token)
-    ids = [*_enc(hf, "We need to think"), think_end, *_enc(hf, "Answer"), bos, *_enc(hf, " 你好"), eos]
-    chunks, final = _stream(fast, ids, skip=False)
+    ids = [
+        *encode_plain(hf, "We need to think"),
+        think_end,
+        *encode_plain(hf, "Answer"),
+        bos,
+        *encode_plain(hf, " 你好"),
+        eos,
+    ]
+    chunks, final = stream_detok(fast, ids, skip=False)
     assert "".join(chunks) == final == hf.decode(ids, skip_special_tokens=False)
     for k, t in enumerate(ids):
         if t in (think_end, bos, eos):
@@ -259,8 +231,8 @@ def test_tt_inference_server_2559_eos_text_never_reaches_the_content(
     eos = hf.convert_tokens_to_ids(hf.eos_token)
     bos = hf.convert_tokens_to_ids(hf.bos_token)
     pad = hf.convert_tokens_to_ids("<｜▁pad▁｜>")
-    ids = [*_enc(hf, "Hi"), eos, *_enc(hf, " there 😊"), bos, pad, *_enc(hf, "!")]
-    chunks, final = _stream(fast, ids, per_message=per_message)
+    ids = [*encode_plain(hf, "Hi"), eos, *encode_plain(hf, " there 😊"), bos, pad, *encode_plain(hf, "!")]
+    chunks, final = stream_detok(fast, ids, per_message=per_message)
     want = hf.decode(ids, skip_special_tokens=True)
     assert "".join(chunks) == final == want == "Hi there 😊!"
     assert not any("｜" in c for c in chunks)
@@ -289,7 +261,7 @@ def test_transformers_47487_tokenize_detokenize_round_trips_leading_whitespace(
     ``/detokenize`` of them gives the text back, unchanged."""
     c = app_client(FakeTM(fast))
     ids = c.post("/tokenize", json={"prompt": text, "add_special_tokens": False}).json()["tokens"]
-    assert ids == _enc(hf, text)
+    assert ids == encode_plain(hf, text)
     r = c.post("/detokenize", json={"tokens": ids})
     assert r.status_code == 200 and r.json()["text"] == hf.decode(ids) == text
 
@@ -301,8 +273,8 @@ def test_llamacpp_3287_batched_tokenize_inserts_no_space_per_item(fast: Any, hf:
     texts = ["Hello:World", "世界", " x", "\n", "😊ok"]
     c = app_client(FakeTM(fast))
     body = c.post("/tokenize", json={"prompt": texts, "add_special_tokens": False}).json()
-    assert body["tokens"] == [_enc(hf, t) for t in texts]
-    assert body["count"] == [len(_enc(hf, t)) for t in texts]
+    assert body["tokens"] == [encode_plain(hf, t) for t in texts]
+    assert body["count"] == [len(encode_plain(hf, t)) for t in texts]
     back = c.post("/detokenize", json={"tokens": body["tokens"]}).json()["text"]
     assert back == texts
 
@@ -352,7 +324,7 @@ class _DetokenizedFakeTM(FakeTM):
 
     def _output(self, sub: Any, k: int) -> list[dict[str, Any]]:
         outs = super()._output(sub, k)
-        chunks, final = _stream(self.detok_tokenizer, outs[-1]["output_ids"])
+        chunks, final = stream_detok(self.detok_tokenizer, outs[-1]["output_ids"])
         for j, o in enumerate(outs):
             o["text"] = "".join(chunks[: j + 1])
         assert outs[-1]["text"] == final

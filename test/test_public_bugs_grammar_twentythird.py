@@ -42,10 +42,9 @@ xgr = pytest.importorskip("xgrammar")
 jsonschema = pytest.importorskip("jsonschema")
 
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param  # noqa: E402
-from grammar_backend_testutil import VOCAB, ds_grammar_backend  # noqa: E402
 from grammar_backend_testutil import accepts as _accepts  # noqa: E402
-from sglang_v4.sampling.grammar import Grammar, GrammarBackend  # noqa: E402
-from sglang_v4.sampling.sampling_params import SamplingParams  # noqa: E402
+from grammar_backend_testutil import ds_grammar_backend, grammar_for, schema_grammar  # noqa: E402
+from sglang_v4.sampling.grammar import GrammarBackend  # noqa: E402
 from sglang_v4.sampling.structural_tag import (  # noqa: E402
     after_reasoning_structural_tag,
     answer_or_tool_calls_structural_tag,
@@ -62,23 +61,10 @@ def backend() -> GrammarBackend:
     return ds_grammar_backend()
 
 
-def _grammar(backend: GrammarBackend, **fields: Any) -> Grammar:
-    """The grammar of one request's grammar field, checked as the server checks it."""
-    sp = SamplingParams(**fields)
-    sp.verify(VOCAB, allow_grammar=True)
-    g = backend.create(sp)
-    assert g is not None
-    return g
-
-
-def _schema_grammar(backend: GrammarBackend, schema: Any) -> Grammar:
-    return _grammar(backend, json_schema=json.dumps(schema))
-
-
 def _check_values(backend: GrammarBackend, schema: dict[str, Any], values: list[Any]) -> None:
     """The grammar of ``schema`` takes exactly the values ``jsonschema`` (formats asserted) finds
     valid, and the oracle tells them apart (the check is not vacuous)."""
-    g = _schema_grammar(backend, schema)
+    g = schema_grammar(backend, schema)
     validator = jsonschema.Draft202012Validator(schema, format_checker=FORMAT_CHECKER)
     verdicts = []
     for v in values:
@@ -129,7 +115,7 @@ def test_ipv4_format_inside_an_object_and_a_type_list(backend: GrammarBackend) -
     tag = tool_call_structural_tag(
         tools, "required", thinking=False, parallel_tool_calls=False, enforce_schema=True
     )
-    g = _grammar(backend, structural_tag=tag)
+    g = grammar_for(backend, structural_tag=tag)
     validator = jsonschema.Draft202012Validator(schema, format_checker=FORMAT_CHECKER)
     for v in values:
         call = dsml_block(dsml_invoke("ping", dsml_param("host", True, v["host"])))
@@ -187,8 +173,8 @@ def test_duplicate_root_rule_is_a_400(backend: GrammarBackend) -> None:
     text = 'root ::= "a" | "b"\nroot ::= "c"'
     assert _xgrammar_refuses_ebnf(text)
     with pytest.raises(ValueError, match=r"^ebnf: invalid grammar: .*root"):
-        _grammar(backend, ebnf=text)
-    g = _grammar(backend, ebnf='root ::= "a" | "b"')
+        grammar_for(backend, ebnf=text)
+    g = grammar_for(backend, ebnf='root ::= "a" | "b"')
     assert _accepts(g, "a") and not _accepts(g, "c")
 
 
@@ -202,7 +188,7 @@ def test_invalid_ebnf_is_refused_not_ignored(backend: GrammarBackend, text: str)
     xgrammar's own EBNF parser refuses each text."""
     assert _xgrammar_refuses_ebnf(text)
     with pytest.raises(ValueError, match=r"^ebnf: invalid grammar: "):
-        _grammar(backend, ebnf=text)
+        grammar_for(backend, ebnf=text)
 
 
 def test_escaped_hyphen_in_character_class(backend: GrammarBackend) -> None:
@@ -210,7 +196,7 @@ def test_escaped_hyphen_in_character_class(backend: GrammarBackend) -> None:
     ``-``, ``z``) was refused by the grammar parser. Here it compiles, as a ``regex`` and in an
     EBNF rule, meaning the three characters, not the range. Oracle: Python's ``re``."""
     probes = ["a", "-", "z", "b", "a-z", "zz-a", "", "A"]
-    for g in (_grammar(backend, regex=r"[a\-z]+"), _grammar(backend, ebnf=r"root ::= [a\-z]+")):
+    for g in (grammar_for(backend, regex=r"[a\-z]+"), grammar_for(backend, ebnf=r"root ::= [a\-z]+")):
         for s in probes:
             assert _accepts(g, s) == bool(re.fullmatch(r"[a\-z]+", s)), s
 
@@ -248,7 +234,7 @@ def test_draft7_tuple_items_compile(backend: GrammarBackend) -> None:
             "items": [{"type": "string"}, {"type": "integer"}],
             **extra,
         }
-        g = _schema_grammar(backend, schema)
+        g = schema_grammar(backend, schema)
         validator = jsonschema.Draft7Validator(schema)
         values = [[], ["a"], ["a", 1], [1, "a"], ["a", 1, True], ["a", 1, "x"], ["a", 1, True, 2]]
         verdicts = [validator.is_valid(v) for v in values]
@@ -269,7 +255,7 @@ def test_schema_answer_follows_free_reasoning(backend: GrammarBackend) -> None:
     applied from the first token kept the model from closing its reasoning, so the JSON landed in
     ``reasoning_content``. Here the reasoning is free up to ``</think>`` and only the answer
     after it is held to the schema. Oracle: ``jsonschema`` on the text after ``</think>``."""
-    g = _grammar(backend, structural_tag=after_reasoning_structural_tag("json_schema", json.dumps(PLANET)))
+    g = grammar_for(backend, structural_tag=after_reasoning_structural_tag("json_schema", json.dumps(PLANET)))
     validator = jsonschema.Draft202012Validator(PLANET)
     good = {"name": "Saturn", "moons": 146, "fun_fact": "It would float."}
     reasoning = "Saturn: 146 moons, {not json} here.\n"
@@ -294,7 +280,7 @@ def test_tools_auto_with_thinking_accepts_reasoning_then_calls(backend: GrammarB
     tag = tool_call_structural_tag(
         tools, "auto", thinking=True, parallel_tool_calls=True, enforce_schema=False
     )
-    g = _grammar(backend, structural_tag=tag)
+    g = grammar_for(backend, structural_tag=tag)
     validator = jsonschema.Draft202012Validator(params)
     for days in ("3", '"three"'):
         args = {"city": "Oslo", "days": json.loads(days)}
@@ -313,7 +299,7 @@ def test_response_format_beside_auto_tools_allows_either(backend: GrammarBackend
     tag = answer_or_tool_calls_structural_tag(
         "json_schema", json.dumps(PLANET), tools, thinking=False, parallel_tool_calls=False
     )
-    g = _grammar(backend, structural_tag=tag)
+    g = grammar_for(backend, structural_tag=tag)
     validator = jsonschema.Draft202012Validator(PLANET)
     for answer in (
         {"name": "Mars", "moons": 2, "fun_fact": "Red."},
@@ -345,7 +331,7 @@ def test_format_with_length_bound_is_a_400(backend: GrammarBackend, fmt: str) ->
         assert not jsonschema.Draft202012Validator(schema).is_valid(long)
         assert _raw_schema_accepts(schema, json.dumps(long))
     with pytest.raises(ValueError, match=r"^json_schema: invalid grammar: .*'format'.*'maxLength'"):
-        _schema_grammar(backend, schema)
+        schema_grammar(backend, schema)
 
 
 VALUE = {
@@ -435,7 +421,7 @@ def test_llama_cpp_readme_grammar_with_bounded_repeats(backend: GrammarBackend) 
     (its empty alternative ``space ::= | ...`` spelled ``""``, as xgrammar's EBNF writes it)
     and its bounds hold: 10 to 100 items, names of 1 to 100 characters, ages 0 to 150. Oracle:
     the grammar's text read by hand (repeat bounds, the age alternatives)."""
-    g = _grammar(backend, ebnf=LLAMA_JSON_EBNF)
+    g = grammar_for(backend, ebnf=LLAMA_JSON_EBNF)
 
     def array(n: int, name: str = "Ann", age: int = 30) -> str:
         return (
@@ -464,7 +450,7 @@ def test_leading_bracket_is_a_literal_in_a_class(backend: GrammarBackend, regex:
     ``re.fullmatch`` for the ``regex`` field and a structural tag's ``regex`` format;
     ``jsonschema`` (Python's ``re.search``) for the same class in a ``pattern``."""
     tag = json.dumps({"type": "structural_tag", "format": {"type": "regex", "pattern": regex}})
-    for g in (_grammar(backend, regex=regex), _grammar(backend, structural_tag=tag)):
+    for g in (grammar_for(backend, regex=regex), grammar_for(backend, structural_tag=tag)):
         for s in BRACKET_STRINGS:
             assert _accepts(g, s) == bool(re.fullmatch(regex, s)), s
     _check_values(backend, {"type": "string", "pattern": f"^(?:{regex})$"}, BRACKET_STRINGS)
@@ -476,7 +462,7 @@ def test_bracket_first_in_a_longer_class(backend: GrammarBackend, regex: str) ->
     member, ``[]abc]`` and ``[^]abc]``; so is the range ``[]-a]`` (``]`` to ``a``). Old code:
     refused as an empty class, or ``]`` dropped from a negated class. Oracle: Python's
     ``re.fullmatch``."""
-    g = _grammar(backend, regex=regex)
+    g = grammar_for(backend, regex=regex)
     for s in BRACKET_STRINGS:
         assert _accepts(g, s) == bool(re.fullmatch(regex, s)), s
 
@@ -511,7 +497,7 @@ def test_prefix_items_with_max_items_and_trailing_items(backend: GrammarBackend)
         "additionalItems": False,
         "maxItems": 1,
     }
-    g = _schema_grammar(backend, draft7)
+    g = schema_grammar(backend, draft7)
     validator = jsonschema.Draft7Validator(draft7)
     for v in ARRAYS:
         assert _accepts(g, json.dumps(v)) == validator.is_valid(v), v

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from dsv4_testutil import random_ids
-from scheduler_testutil import PAGE, assert_idle, drain, make_scheduler, run_one, submit
+from scheduler_testutil import PAGE, assert_idle, drain, make_scheduler, run_one, step_outputs, submit
 from sglang_source_testutil import sglang_function
 from sglang_v4.mem_cache.allocator import PageAllocator
 from sglang_v4.mem_cache.radix_cache import RadixCache
@@ -36,18 +36,6 @@ def _sglang_source(module: str) -> str:
     assert spec is not None and spec.submodule_search_locations, "sglang is not installed"
     root = Path(next(iter(spec.submodule_search_locations)))
     return root.joinpath(*module.split(".")[1:]).with_suffix(".py").read_text()
-
-
-def _step(s: Any, n: int) -> dict[str, dict]:
-    """``n`` scheduler steps; the outputs seen, per rid (``ids`` and the last ``finish``)."""
-    res: dict[str, dict] = {}
-    for _ in range(n):
-        out = s.step()
-        for i, rid in enumerate(out.rids if out else []):
-            r = res.setdefault(rid, {"ids": []})
-            r["ids"] += out.output_ids[i]
-            r["finish"] = out.finished_reasons[i]
-    return res
 
 
 def _integrity(s: Any) -> None:
@@ -304,7 +292,7 @@ def test_flush_refused_while_requests_run_then_done_once_they_are_aborted(sched:
     submit(sched, "keep", keep, 8)
     submit(sched, "x0", random_ids(600, seed=2492), 40)
     submit(sched, "x1", random_ids(500, seed=2493), 40)
-    got = _step(sched, 3)
+    got = step_outputs(sched, 3)
     submit(sched, "x2", random_ids(400, seed=2494), 40)
     before = (sched.pool.block_alloc.used, sched.pool.window_alloc.used, sched.tree_cache.total_pages())
     assert sched.flush_cache() is False
@@ -340,7 +328,7 @@ def test_pool_split_sums_to_the_pool_and_usage_excludes_the_cache(sched: Any) ->
     run_one(sched, "seed", prefix + random_ids(10, seed=2501), 1)
     run_one(sched, "other", random_ids(PAGE + 20, seed=2502), 1)
     submit(sched, "run", prefix + random_ids(100, seed=2503), 30)
-    got = _step(sched, 3)
+    got = step_outputs(sched, 3)
     assert [r.rid for r in sched.running] == ["run"]
     m = sched.get_metrics()
     total = sched.get_server_info()["max_total_num_tokens"]
@@ -405,7 +393,7 @@ def test_cache_hit_rate_gauge_is_each_prefill_batch_and_holds_through_decode(
     a, b = prefix + random_ids(60, seed=2522), random_ids(150, seed=2523)
     seen = [s.get_metrics()["cache_hit_rate"]]
     submit(s, "b", b, 12)
-    got = _step(s, 1)
+    got = step_outputs(s, 1)
     seen.append(s.get_metrics()["cache_hit_rate"])
     submit(s, "a", a, 12)
     while s.has_work():

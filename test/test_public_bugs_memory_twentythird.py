@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import torch
 from dsv4_testutil import random_ids
-from scheduler_testutil import PAGE, assert_idle, drain, make_scheduler, run_one, submit
+from scheduler_testutil import PAGE, assert_idle, drain, make_scheduler, run_one, step_outputs, submit
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.server_args_cli import add_server_cli_args
 
@@ -46,18 +46,6 @@ def _sglang_source(module: str) -> str:
 def _integrity(s: Any) -> None:
     """The cache manager's ownership invariant over every queued and running request."""
     s.cache_manager.check_integrity(list(s.running) + list(s.waiting))
-
-
-def _step(s: Any, n: int) -> dict[str, dict]:
-    """``n`` scheduler steps; the outputs seen, per rid (``ids`` and the last ``finish``)."""
-    res: dict[str, dict] = {}
-    for _ in range(n):
-        out = s.step()
-        for i, rid in enumerate(out.rids if out else []):
-            r = res.setdefault(rid, {"ids": []})
-            r["ids"] += out.output_ids[i]
-            r["finish"] = out.finished_reasons[i]
-    return res
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +88,7 @@ def test_chunked_prefill_size_zero_prefills_a_long_prompt_in_one_step(sched_mode
         submit(s, "a", prompt, 4)
         steps, got = 0, {}
         while "a" not in got:
-            got = _step(s, 1)
+            got = step_outputs(s, 1)
             steps += 1
         first_at[cps] = steps
         outs[cps] = got["a"]["ids"] + drain(s)["a"]["ids"]
@@ -240,7 +228,7 @@ def test_abort_mid_decode_and_in_queue_returns_every_page(sched: Any) -> None:
     submit(sched, "keep", random_ids(400, seed=2320), 6)
     for i in range(3):
         submit(sched, f"a{i}", random_ids(700, seed=2321 + i), 40)
-    early = _step(sched, 6)
+    early = step_outputs(sched, 6)
     submit(sched, "a3", random_ids(700, seed=2324), 40)
     _integrity(sched)
     states = {r.rid: "running" for r in sched.running} | {r.rid: "waiting" for r in sched.waiting}
@@ -267,7 +255,7 @@ def test_requests_finishing_at_their_first_token_return_their_slots(sched: Any) 
     assert sched.flush_cache()
     submit(sched, "d0", random_ids(200, seed=2340), 30)
     submit(sched, "d1", random_ids(210, seed=2341), 30)
-    got = _step(sched, 3)
+    got = step_outputs(sched, 3)
     for i, p in enumerate(prompts):
         submit(sched, f"one{i}", p, 1)
     got = drain(sched, got)
@@ -296,7 +284,7 @@ def test_queued_prefix_hit_aborted_or_refused_releases_its_locks(sched_model_dir
     assert s.flush_cache()
     run_one(s, "seed", prefix + random_ids(10, seed=2352), 1)  # caches the 2-block prefix
     submit(s, "big", random_ids(3 * PAGE + 100, seed=2353), 30)
-    early = _step(s, 2)
+    early = step_outputs(s, 2)
     submit(s, "q-abort", prefix + random_ids(30, seed=2354), 5)
     submit(s, "q-run", tail, 5)
     submit(s, "q-full", prefix + random_ids(20, seed=2355), 5)
@@ -438,7 +426,7 @@ def test_retraction_with_overlap_and_an_unaligned_shared_prefix_leaks_nothing(sc
         submit(s, f"r{i}", p, 30)
     got: dict[str, dict] = {}
     while s.has_work():
-        for rid, r in _step(s, 1).items():
+        for rid, r in step_outputs(s, 1).items():
             g = got.setdefault(rid, {"ids": []})
             g["ids"] += r["ids"]
             g["finish"] = r.get("finish")
@@ -463,7 +451,7 @@ def test_prefill_only_request_warms_the_whole_prompt_across_chunks(sched: Any) -
     assert sched.flush_cache()
     submit(sched, "warm", prompt, 0)
     submit(sched, "gone", random_ids(650, seed=2391), 0)
-    early = _step(sched, 1)
+    early = step_outputs(sched, 1)
     sched.abort_request("gone")
     got = drain(sched, early)
     assert got["warm"]["ids"] == [] and got["warm"]["finish"]["type"] == "length", got["warm"]

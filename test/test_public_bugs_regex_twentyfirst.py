@@ -34,11 +34,10 @@ import pytest
 xgr = pytest.importorskip("xgrammar")
 regex = pytest.importorskip("regex")
 
-from grammar_backend_testutil import VOCAB, ds_grammar_backend  # noqa: E402
 from grammar_backend_testutil import accepts as _accepts  # noqa: E402
+from grammar_backend_testutil import ds_grammar_backend, grammar_for  # noqa: E402
 from scheduler_testutil import assert_idle, drain, make_scheduler, submit  # noqa: E402
-from sglang_v4.sampling.grammar import Grammar, GrammarBackend  # noqa: E402
-from sglang_v4.sampling.sampling_params import SamplingParams  # noqa: E402
+from sglang_v4.sampling.grammar import GrammarBackend  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -48,16 +47,8 @@ def backend() -> GrammarBackend:
     return ds_grammar_backend()
 
 
-def _grammar(backend: GrammarBackend, **fields: Any) -> Grammar:
-    sp = SamplingParams(**fields)
-    sp.verify(VOCAB, allow_grammar=True)
-    g = backend.create(sp)
-    assert g is not None
-    return g
-
-
 def _check_regex(backend: GrammarBackend, pattern: str, samples: list[str], oracle: Any = regex) -> None:
-    g = _grammar(backend, regex=pattern)
+    g = grammar_for(backend, regex=pattern)
     for s in samples:
         expected = oracle.fullmatch(pattern, s) is not None
         assert _accepts(g, s) == expected, (pattern, s, expected)
@@ -126,7 +117,7 @@ def test_obvious_anchors_are_accepted_and_impossible_ones_refused(backend) -> No
     for pattern in (r"a^b", r"a$b", r"(x$)y"):
         assert re.search(pattern, "ab") is None and re.fullmatch(pattern, "xy") is None
         with pytest.raises(ValueError, match=r"^regex: .*anchor"):
-            _grammar(backend, regex=pattern)
+            grammar_for(backend, regex=pattern)
 
 
 def test_string_anchors_backslash_a_and_z_are_anchors_not_letters(backend) -> None:
@@ -135,7 +126,7 @@ def test_string_anchors_backslash_a_and_z_are_anchors_not_letters(backend) -> No
     _check_regex(backend, r"\Aabc\Z", ["abc", "AabcZ"], re)
     _check_regex(backend, r"(\Aab|\Acd)\Z", ["ab", "cd", "Aab", "cdZ"], re)
     with pytest.raises(ValueError, match=r"^regex: .*'\\A'"):
-        _grammar(backend, regex=r"a\Ab")
+        grammar_for(backend, regex=r"a\Ab")
 
 
 @pytest.mark.parametrize(
@@ -159,7 +150,7 @@ def test_lookarounds_and_backreferences_refused_naming_the_construct(
     # it is. Old code: "\Q" was read as the letter Q (no error at all) and the others said
     # "Group modifier flag is not supported yet" or "Lookahead is not supported yet".
     with pytest.raises(ValueError) as e:
-        _grammar(backend, regex=pattern)
+        grammar_for(backend, regex=pattern)
     message = str(e.value)
     assert message.startswith("regex: ") and construct in message and "position" in message, message
     assert "/project/" not in message and ".cc:" not in message
@@ -174,7 +165,7 @@ def test_counted_repeat_above_the_limit_is_refused_not_wrapped(backend) -> None:
         re.compile("a{4294967297}")
     for pattern in ("a{4294967297}", "a{99999999999}", "[a-z]{0,2147483648}", "(ab){200001}"):
         with pytest.raises(ValueError, match=r"^regex: a repeat count above"):
-            _grammar(backend, regex=pattern)
+            grammar_for(backend, regex=pattern)
     _check_regex(backend, "a{3}b{,2}", ["aaa", "aaab", "aaabb", "aaabbb", "aab"], regex)
 
 
@@ -223,7 +214,7 @@ def test_schema_pattern_with_unicode_property_escapes(backend) -> None:
         (r"^\d+$", ["42", "\u09ea\u09e8"], regex.ASCII),
         (r"^\p{Letter}[\p{Letter} ]*$", ["Łódź", "São Paulo", "R2D2", " a"], 0),
     ]:
-        g = _grammar(backend, json_schema=json.dumps(_schema_string(pattern)))
+        g = grammar_for(backend, json_schema=json.dumps(_schema_string(pattern)))
         for s in samples:
             expected = regex.search(pattern, s, flags) is not None
             assert _accepts(g, _json_text({"v": s})) == expected, (pattern, s, expected)
@@ -233,7 +224,7 @@ def test_schema_pattern_case_insensitive_flag(backend) -> None:
     # jhthorsen/json-validator#90: a case-insensitive pattern written "(?i)whatever". Old code:
     # refused ("Group modifier flag is not supported yet").
     pattern = r"(?i)^(red|green)-\d$"
-    g = _grammar(backend, json_schema=json.dumps(_schema_string(pattern)))
+    g = grammar_for(backend, json_schema=json.dumps(_schema_string(pattern)))
     for s in ["red-1", "RED-2", "GrEeN-3", "blue-1", "red-x"]:
         assert _accepts(g, _json_text({"v": s})) == (re.search(pattern, s) is not None), s
 
@@ -247,7 +238,7 @@ def test_schema_pattern_digit_and_word_are_ascii_space_is_unicode(backend) -> No
         (r"^\s$", ["\u2000", " "], 0),
     ]
     for pattern, samples, flags in cases:
-        g = _grammar(backend, json_schema=json.dumps(_schema_string(pattern)))
+        g = grammar_for(backend, json_schema=json.dumps(_schema_string(pattern)))
         for s in samples:
             expected = re.search(pattern, s, flags) is not None
             assert _accepts(g, _json_text({"v": s})) == expected, (pattern, s)
@@ -261,7 +252,7 @@ def test_pattern_properties_unicode_key_regex(backend) -> None:
         "patternProperties": {r"^\p{L}+$": {"type": "integer"}},
         "additionalProperties": False,
     }
-    g = _grammar(backend, json_schema=json.dumps(schema))
+    g = grammar_for(backend, json_schema=json.dumps(schema))
     for key in ["Größe", "名前", "a1", "x y"]:
         expected = regex.search(r"^\p{L}+$", key) is not None
         assert _accepts(g, _json_text({key: 1})) == expected, key
@@ -278,7 +269,7 @@ def test_pattern_properties_key_regex_matching_json_escaped_characters(backend) 
             "patternProperties": {key_regex: {"type": "integer"}},
             "additionalProperties": False,
         }
-        g = _grammar(backend, json_schema=json.dumps(schema))
+        g = grammar_for(backend, json_schema=json.dumps(schema))
         text = json.dumps({key: 1})
         assert re.search(key_regex, json.loads(text).popitem()[0])
         assert _accepts(g, text), (key_regex, text)

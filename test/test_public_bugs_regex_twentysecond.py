@@ -35,10 +35,9 @@ import pytest
 xgr = pytest.importorskip("xgrammar")
 regex = pytest.importorskip("regex")
 
-from grammar_backend_testutil import VOCAB, ds_grammar_backend  # noqa: E402
 from grammar_backend_testutil import accepts as _accepts  # noqa: E402
+from grammar_backend_testutil import ds_grammar_backend, grammar_for  # noqa: E402
 from sglang_v4.sampling.grammar import Grammar, GrammarBackend  # noqa: E402
-from sglang_v4.sampling.sampling_params import SamplingParams  # noqa: E402
 from sglang_v4.sampling.structural_tag import after_reasoning_structural_tag  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
@@ -52,18 +51,10 @@ def backend() -> GrammarBackend:
     return ds_grammar_backend()
 
 
-def _grammar(backend: GrammarBackend, **fields: Any) -> Grammar:
-    sp = SamplingParams(**fields)
-    sp.verify(VOCAB, allow_grammar=True)
-    g = backend.create(sp)
-    assert g is not None
-    return g
-
-
 def _check_language(backend: GrammarBackend, pattern: str) -> None:
     """The ``regex`` grammar of ``pattern`` takes exactly the strings of :data:`STRINGS` that
     ``re.fullmatch`` takes."""
-    g = _grammar(backend, regex=pattern)
+    g = grammar_for(backend, regex=pattern)
     matched = 0
     for s in STRINGS:
         expected = re.fullmatch(pattern, s) is not None
@@ -108,9 +99,9 @@ def test_regex_no_text_can_match_is_refused_naming_the_anchor(backend: GrammarBa
     for pattern, pos in ((r"$abc", 0), (r"a\Z\n", 1), (r"(x$)y", 2)):
         assert not any(re.search(pattern, s) for s in STRINGS + ["abc", "xy"])
         with pytest.raises(ValueError, match=rf"^regex: .*end anchor.* at position {pos} "):
-            _grammar(backend, regex=pattern)
+            grammar_for(backend, regex=pattern)
     _check_language(backend, r"c|$abc")
-    g = _grammar(backend, regex=r"c|$abc")
+    g = grammar_for(backend, regex=r"c|$abc")
     assert _accepts(g, "c") and not _accepts(g, "abc")
 
 
@@ -163,7 +154,7 @@ def test_anchor_translation_matches_python_on_random_regexes() -> None:
 
 
 def _after_reasoning(backend: GrammarBackend, pattern: str) -> Grammar:
-    return _grammar(backend, structural_tag=after_reasoning_structural_tag("regex", pattern))
+    return grammar_for(backend, structural_tag=after_reasoning_structural_tag("regex", pattern))
 
 
 def test_regex_answer_after_reasoning_is_translated(backend: GrammarBackend) -> None:
@@ -199,12 +190,12 @@ def test_structural_tag_regex_format_is_translated(backend: GrammarBackend) -> N
             "end": "</a>",
         },
     }
-    g = _grammar(backend, structural_tag=json.dumps(tag))
+    g = grammar_for(backend, structural_tag=json.dumps(tag))
     for content in ("αβ-x", "αβ\nx", "ab-x"):
         assert _accepts(g, f"<a>{content}</a>") == (regex.fullmatch(pattern, content) is not None), content
     tag["format"]["content"]["pattern"] = "a(?=b)"
     with pytest.raises(ValueError, match=r"^structural_tag: invalid grammar: pattern: a look-ahead"):
-        _grammar(backend, structural_tag=json.dumps(tag))
+        grammar_for(backend, structural_tag=json.dumps(tag))
 
 
 def test_invalid_regex_is_a_client_error_naming_the_problem(backend: GrammarBackend) -> None:
@@ -214,8 +205,8 @@ def test_invalid_regex_is_a_client_error_naming_the_problem(backend: GrammarBack
     with pytest.raises(re.error):
         re.compile("foo**")
     with pytest.raises(ValueError, match=r"^regex: invalid grammar: .*repetition"):
-        _grammar(backend, regex="foo**")
-    assert _accepts(_grammar(backend, regex="fo+"), "foo")
+        grammar_for(backend, regex="foo**")
+    assert _accepts(grammar_for(backend, regex="fo+"), "foo")
 
 
 # ------------------------------------------------------------------ the field a 400 names
@@ -244,7 +235,7 @@ def regex_tm(tok: Any, backend: GrammarBackend) -> Any:
                 k: v for k, v in (obj.sampling_params or {}).items() if k in ("regex", "structural_tag")
             }
             if fields:
-                _grammar(backend, **fields)
+                grammar_for(backend, **fields)
             async for out in super().generate_request(obj, request):
                 yield out
 
@@ -288,7 +279,7 @@ def test_nul_character_in_a_regex_matches_nul(backend: GrammarBackend, pattern: 
     any NUL in a regex ("The regex must not contain null characters", mlc-ai/xgrammar#850), so a
     JSON request with ``"\\u0000"`` in its regex was a 400 although Python's ``re`` compiles it.
     Oracle: ``re.fullmatch`` on strings with and without NUL."""
-    g = _grammar(backend, regex=pattern)
+    g = grammar_for(backend, regex=pattern)
     for s in ("\x00", "a", "a\x00b", "\x00b", "Ab", "abc", "a\x00", "\x00\x00"):
         assert _accepts(g, s) == (re.fullmatch(pattern, s) is not None), (pattern, s)
 

@@ -42,43 +42,19 @@ from typing import Any
 import pytest
 import torch
 from openai_fake_tm import FakeTM, app_client
-from scheduler_testutil import OutputProcessorStub, drain, make_scheduler, submit
+from scheduler_testutil import drain, make_scheduler, submit
 from server_fixture import FAKE_EOS
 from sglang.srt.sampling.sampling_params import SamplingParams as SGLangSamplingParams
-from sglang_v4.managers.detokenizer_manager import DetokenizerManager
-from sglang_v4.managers.io_struct import BatchTokenIDOut, GenerateReqInput
-from sglang_v4.managers.req import Req
+from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.sampling.logprobs import top_logprobs
 from sglang_v4.sampling.penalties import apply_penalties
 from sglang_v4.sampling.sampler import sample
 from sglang_v4.sampling.sampling_params import SamplingParams
-from sglang_v4.sampling.stop_checker import check_stop, stop_text_start
+from sglang_v4.sampling.stop_checker import check_stop
+from stop_strings_testutil import SCRIPT, generate_with_stops
 from transformers import StopStringCriteria
 
-SCRIPT = "Stop here, then go on. Stop again at last. Done."
-
-
 # --------------------------------------------------------------------------- helpers
-
-
-def _generate(tok: Any, sp: SamplingParams, ids: list[int]) -> tuple[Req, str]:
-    """Feed ``ids`` one token a step to the scheduler's finish check and the detokenizer (a
-    stream); the request (its ``output_ids`` end at the finish) and its final text."""
-    sp.normalize(tok)
-    req = Req(rid="r", origin_input_ids=[5, 6], sampling_params=sp)
-    req.max_new_tokens = len(ids)
-    req.has_text_stops = True
-    req.stop_text_start = stop_text_start(req.output_ids, sp)
-    sched, detok = OutputProcessorStub(tok), DetokenizerManager(tok)
-    final = None
-    for t in ids:
-        sched._append_token(req, t, None, None)
-        out = detok.handle_batch_token_id_out(BatchTokenIDOut.from_reqs([req]))
-        final = out.final_strs[0]
-        if req.finished_reason is not None:
-            break
-    assert final is not None
-    return req, final
 
 
 def _vllm_stop(tok: Any, ids: list[int], stop: str, min_tokens: int) -> tuple[int, str] | None:
@@ -131,11 +107,13 @@ def test_vllm_22014_stop_string_across_the_min_tokens_boundary(tok: Any, stop: s
     want = _vllm_stop(tok, ids, stop, min_tokens)
     assert want is not None
     assert min_tokens == 0 or SCRIPT.find(stop) < len(tok.decode(ids[:min_tokens])), "case not at the head"
-    req, final = _generate(tok, SamplingParams(stop=stop, min_new_tokens=min_tokens), ids)
+    req, final = generate_with_stops(tok, SamplingParams(stop=stop, min_new_tokens=min_tokens), ids)
     assert req.finished_reason == {"type": "stop", "matched": stop}
     assert (len(req.output_ids), final) == want
     # no_stop_trim keeps the stop string: the same occurrence, through its end
-    req, final = _generate(tok, SamplingParams(stop=stop, min_new_tokens=min_tokens, no_stop_trim=True), ids)
+    req, final = generate_with_stops(
+        tok, SamplingParams(stop=stop, min_new_tokens=min_tokens, no_stop_trim=True), ids
+    )
     assert final == want[1] + stop
 
 
@@ -154,7 +132,7 @@ def test_vllm_22014_stop_string_after_a_character_split_at_the_boundary(
     assert tok.decode(ids[:min_tokens]).endswith("\ufffd")
     want = _vllm_stop(tok, ids, stop, min_tokens)
     assert want is not None
-    req, final = _generate(tok, SamplingParams(stop=stop, min_new_tokens=min_tokens), ids)
+    req, final = generate_with_stops(tok, SamplingParams(stop=stop, min_new_tokens=min_tokens), ids)
     assert req.finished_reason == {"type": "stop", "matched": stop}
     assert (len(req.output_ids), final) == want
 
@@ -166,7 +144,7 @@ def test_vllm_22014_stop_string_inside_the_head_only_does_not_stop(tok: Any) -> 
     ids = tok.encode(SCRIPT, add_special_tokens=False)
     head = len(tok.encode("Stop here,", add_special_tokens=False))
     assert _vllm_stop(tok, ids, "here,", head) is None
-    req, final = _generate(tok, SamplingParams(stop="here,", min_new_tokens=head), ids)
+    req, final = generate_with_stops(tok, SamplingParams(stop="here,", min_new_tokens=head), ids)
     assert req.finished_reason == {"type": "length", "length": len(ids)}
     assert final == SCRIPT
 
@@ -196,7 +174,7 @@ def test_transformers_31435_single_letter_stop_strings(tok: Any, text: str, stop
     assert got == want
     reason = check_stop(ids[:got], sp, {FAKE_EOS}, tok, False)
     assert reason is not None and reason["matched"] in stops
-    req, final = _generate(tok, SamplingParams(stop=stops), ids)
+    req, final = generate_with_stops(tok, SamplingParams(stop=stops), ids)
     assert len(req.output_ids) == want
     assert final == text[: text.find(reason["matched"])]
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 import requests
-from chat_tools_testutil import WEATHER, ChunkTM, client_for
+from chat_tools_testutil import WEATHER, ChunkTM, client_for, routes_client
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
-from public_bugs_testutil import post, sse
+from public_bugs_testutil import post, post_ok, sse
 from responses_testutil import sse as typed_sse
 from server_fixture import (
     FAKE_ANSWER,
@@ -55,13 +55,6 @@ SCRIPT = [{"role": "user", "content": "[script] What is 6*7?"}]
 THINK = {"chat_template_kwargs": {"thinking": True}}
 WEATHER_Q = [{"role": "user", "content": "Weather in Oslo and Rome?"}]
 LONG_TEXT = "word " * 4000  # far more tokens than FAKE_CONTEXT_LEN
-
-
-def _ok(server: ServerHandle, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    """The JSON answer of ``POST path``; asserts HTTP 200."""
-    r = post(server, path, body)
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 # --------------------------------------------------------------------------- a bad prompt of a list
@@ -115,7 +108,7 @@ def test_sglang_26778_streamed_reasoning_chunks_carry_their_logprobs(plain_fake_
     own, and the streamed entries, folded, are the unstreamed ones -- every generated token of
     ``FAKE_SCRIPT`` and the EOS, once each, in order."""
     body = {"model": FAKE_MODEL, "messages": SCRIPT, "max_tokens": 200, "logprobs": True, **THINK}
-    full = ChatCompletion.model_validate(_ok(plain_fake_server, CHAT, body)).choices[0]
+    full = ChatCompletion.model_validate(post_ok(plain_fake_server, CHAT, body)).choices[0]
     assert (full.message.model_extra or {}).get("reasoning_content") == FAKE_REASONING
     assert full.message.content == FAKE_ANSWER
     streamed: list[str] = []
@@ -248,7 +241,7 @@ def test_ogx_6541_completions_usage_chunk_has_empty_choices(plain_fake_server: S
     client's ``Completion`` type reads and which equals the unstreamed request's usage (two
     prompts, ``n: 2``)."""
     body = {"model": FAKE_MODEL, "prompt": ["one", "two three"], "n": 2, "max_tokens": 5}
-    want = Completion.model_validate(_ok(plain_fake_server, COMPLETIONS, body)).usage
+    want = Completion.model_validate(post_ok(plain_fake_server, COMPLETIONS, body)).usage
     chunks = sse(plain_fake_server, COMPLETIONS, {**body, "stream_options": {"include_usage": True}})
     *head, last = chunks
     assert all(c["usage"] is None and c["choices"] for c in head)
@@ -291,7 +284,9 @@ def test_vllm_17421_special_tokens_among_top_logprobs(plain_fake_server: ServerH
     names = tok.convert_ids_to_tokens([0, 1, 2])
     assert all(n in tok.get_added_vocab() for n in names), names  # not byte-level text
     body = {"model": FAKE_MODEL, "messages": HI, "max_tokens": 3, "logprobs": True, "top_logprobs": 3}
-    entries = ChatCompletion.model_validate(_ok(plain_fake_server, CHAT, body)).choices[0].logprobs.content
+    entries = (
+        ChatCompletion.model_validate(post_ok(plain_fake_server, CHAT, body)).choices[0].logprobs.content
+    )
     for raw in sse(plain_fake_server, CHAT, body):
         for ch in ChatCompletionChunk.model_validate(raw).choices:
             entries += ch.logprobs.content if ch.logprobs is not None and ch.logprobs.content else []
@@ -300,7 +295,7 @@ def test_vllm_17421_special_tokens_among_top_logprobs(plain_fake_server: ServerH
         assert [t.token for t in e.top_logprobs] == names
         assert [t.bytes for t in e.top_logprobs] == [list(n.encode()) for n in names]
     body = {"model": FAKE_MODEL, "prompt": "Hi", "max_tokens": 3, "logprobs": 3}
-    lp = _ok(plain_fake_server, COMPLETIONS, body)["choices"][0]["logprobs"]
+    lp = post_ok(plain_fake_server, COMPLETIONS, body)["choices"][0]["logprobs"]
     for token, top in zip(lp["tokens"], lp["top_logprobs"]):
         assert set(top) - {token} == set(names), top
 
@@ -317,7 +312,7 @@ def test_vllm_53071_unknown_chat_role_is_a_400(plain_fake_server: ServerHandle) 
     (sgl-project/sglang#7499; ``test_public_bugs_chat_twentyfourth.py`` checks the prompt): a 200."""
     for role in ("SYSTEM", "Assistant"):
         msgs = [{"role": role, "content": "Be brief."}, *HI]
-        _ok(plain_fake_server, CHAT, {"model": FAKE_MODEL, "messages": msgs, "max_tokens": 2})
+        post_ok(plain_fake_server, CHAT, {"model": FAKE_MODEL, "messages": msgs, "max_tokens": 2})
     for role in ("bot", "narrator"):
         for stream in (False, True):
             msgs = [{"role": role, "content": "Be brief."}, *HI]
@@ -325,7 +320,7 @@ def test_vllm_53071_unknown_chat_role_is_a_400(plain_fake_server: ServerHandle) 
             assert r.status_code == 400, (role, r.status_code, r.text)
             err = r.json()["error"]
             assert err["type"] == "BadRequestError" and "role" in err["message"], err
-    assert _ok(plain_fake_server, CHAT, {"model": FAKE_MODEL, "messages": HI, "max_tokens": 2})["choices"]
+    assert post_ok(plain_fake_server, CHAT, {"model": FAKE_MODEL, "messages": HI, "max_tokens": 2})["choices"]
 
 
 def test_openai_python_1571_null_user_content_names_the_message(plain_fake_server: ServerHandle) -> None:
@@ -393,7 +388,7 @@ def test_vllm_30223_streamed_response_completed_holds_the_output(plain_fake_serv
     from openai.types.responses import Response
 
     body = {"model": FAKE_MODEL, "input": "Hi", "max_output_tokens": 12}
-    full = Response.model_validate(_ok(plain_fake_server, "/v1/responses", body))
+    full = Response.model_validate(post_ok(plain_fake_server, "/v1/responses", body))
     r = requests.post(plain_fake_server.url + "/v1/responses", json={**body, "stream": True}, timeout=120)
     assert r.status_code == 200, r.text
     events = typed_sse(r.text)
@@ -418,7 +413,7 @@ def test_ogx_5521_messages_always_have_a_stop_sequence_field(plain_fake_server: 
         ({"max_tokens": 50, "stop_sequences": ["fox"]}, "stop_sequence", "fox"),
     ):
         body = {**base, **extra}
-        m = _ok(plain_fake_server, "/v1/messages", body)
+        m = post_ok(plain_fake_server, "/v1/messages", body)
         assert "stop_sequence" in m and (m["stop_reason"], m["stop_sequence"]) == (reason, seq), m
         r = requests.post(plain_fake_server.url + "/v1/messages", json={**body, "stream": True}, timeout=120)
         events = typed_sse(r.text)
@@ -430,29 +425,6 @@ def test_ogx_5521_messages_always_have_a_stop_sequence_field(plain_fake_server: 
         )
 
 
-def _messages_app(tm: Any) -> Any:
-    """A ``TestClient`` over the OpenAI and Anthropic routers on the scripted ``tm``."""
-    from types import SimpleNamespace
-
-    from fastapi import FastAPI
-    from fastapi.testclient import TestClient
-    from sglang_v4.entrypoints.anthropic import create_anthropic_router
-    from sglang_v4.entrypoints.openai import create_openai_router
-
-    sa = SimpleNamespace(
-        served_model_name="m",
-        model_path=None,
-        api_key=None,
-        enable_cache_report=False,
-        allow_auto_truncate=False,
-    )
-    app = FastAPI()
-    router = create_openai_router(tm, sa)
-    app.include_router(router)
-    app.include_router(create_anthropic_router(router.serving))
-    return TestClient(app)
-
-
 def test_sglang_39782_streamed_messages_keep_one_tool_use_block_per_call(tok: Any) -> None:
     """sgl-project/sglang#39782: ``/v1/messages`` streamed the arguments of several tool calls into
     the first ``tool_use`` block (one block, concatenated JSON objects), where the unstreamed
@@ -461,7 +433,7 @@ def test_sglang_39782_streamed_messages_keep_one_tool_use_block_per_call(tok: An
     index): after the text block, one block per call with its own id and name, whose joined
     ``partial_json`` is that call's input, equal to the unstreamed message's blocks;
     ``stop_reason`` ``tool_use`` both ways."""
-    tc = _messages_app(ChunkTM(tok, "Checking." + TWO_CALLS, per_chunk=2))
+    tc = routes_client(ChunkTM(tok, "Checking." + TWO_CALLS, per_chunk=2))
     tools = [{"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}]
     body = {"model": "m", "max_tokens": 300, "messages": WEATHER_Q, "tools": tools}
     full = tc.post("/v1/messages", json=body).json()

@@ -27,14 +27,13 @@ import openai
 import pytest
 from anthropic_testutil import make_clients
 from chat_tools_testutil import WEATHER, ChunkTM, client_for
+from detokenizer_testutil import stream_detok
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
 from fake_prompt_tm import MODEL, PromptTM
 from openai.types.chat import ChatCompletionChunk
 from openai.types.responses import ResponseErrorEvent
 from openai_fake_tm import FakeTM, app_client, oai_client, sse_data_events
 from responses_testutil import sse
-from sglang_v4.managers.detokenizer_manager import DetokenizerManager
-from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length
 from transformers import PreTrainedTokenizerFast
 
 USER = [{"role": "user", "content": "Tell me about Paris."}]
@@ -488,31 +487,6 @@ def test_ogx_5224_responses_mid_stream_error_is_a_typed_error_event(tok: PreTrai
 # --------------------------------------------------------------------------- multi-byte characters
 
 
-def _stream_detok(fast: Any, ids: list[int], per_message: int) -> tuple[list[str], str]:
-    """Feed ``ids`` to a fresh detokenizer ``per_message`` tokens a message (the last one finishes
-    by length); returns the text chunks it sent and its final text."""
-    dm = DetokenizerManager(fast)
-    chunks: list[str] = []
-    prev = 0
-    final = None
-    for k in [*range(per_message, len(ids), per_message), len(ids)]:
-        m = BatchTokenIDOut.empty()
-        m.append(
-            rid="r",
-            finished_reason=finish_length(k) if k == len(ids) else None,
-            output_ids=ids[prev:k],
-            prompt_tokens=1,
-            completion_tokens=k,
-            skip_special_tokens=True,
-        )
-        out = dm.handle_batch_token_id_out(m)
-        chunks.append(out.output_strs[0])
-        final = out.final_strs[0]
-        prev = k
-    assert final is not None and not dm.decode_status
-    return chunks, final
-
-
 @pytest.mark.parametrize(
     "text",
     [
@@ -532,7 +506,7 @@ def test_lucebox_641_split_characters_stream_whole(fast: Any, hf: Any, text: str
     ids = hf.encode(text, add_special_tokens=False)
     want = hf.decode(ids)
     assert want == text
-    chunks, final = _stream_detok(fast, ids, per_message)
+    chunks, final = stream_detok(fast, ids, per_message=per_message)
     assert not any("\ufffd" in c for c in chunks)
     for c in chunks:
         assert c.encode("utf-8").decode("utf-8") == c

@@ -25,6 +25,7 @@ from typing import Any
 import openai
 import pytest
 from anthropic_testutil import make_clients
+from asgi_testutil import json_post_scope
 from fake_prompt_tm import MODEL, SlowTM, blocks
 from sglang_v4.entrypoints.sse_keep_alive import SSE_KEEP_ALIVE_COMMENT, with_keep_alive
 from sglang_v4.server_args import ServerArgs, check_server_args
@@ -262,20 +263,7 @@ def test_vllm_51034_a_client_gone_during_the_silence_aborts_at_once(
             if message["type"] == "http.response.body" and message.get("body"):
                 raise OSError("connection closed by the client")
 
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.4"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode(),
-            "root_path": "",
-            "query_string": b"",
-            "headers": [(b"content-type", b"application/json"), (b"host", b"testserver")],
-            "client": ("127.0.0.1", 50000),
-            "server": ("testserver", 80),
-        }
+        scope = json_post_scope(path)
         t0 = time.monotonic()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(app(scope, receive, send), timeout=20)

@@ -46,6 +46,7 @@ import pytest
 import requests
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from public_bugs_testutil import WEATHER_CALL, WEATHER_TOOL
 
 try:  # DeepSeek's request converter and V4 encoder (the test extra's deepseek-recipe): the oracle
     import deepseek_recipe as recipe
@@ -79,19 +80,6 @@ def _recipe_chat_ids(encoding: Any, body: dict[str, Any]) -> list[int]:
 
 
 _TEXT_PARTS = [{"type": "text", "text": "Hello"}, {"type": "text", "text": "world"}]
-_CALL = {
-    "id": "c1",
-    "type": "function",
-    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-}
-_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather of a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 
 #: Conversations with a multi-part ``content`` in each role that can carry one.
 PART_CASES = {
@@ -114,10 +102,10 @@ PART_CASES = {
     "tool_result": {
         "messages": [
             {"role": "user", "content": "Weather?"},
-            {"role": "assistant", "content": "", "tool_calls": [_CALL]},
+            {"role": "assistant", "content": "", "tool_calls": [WEATHER_CALL]},
             {"role": "tool", "tool_call_id": "c1", "content": _TEXT_PARTS},
         ],
-        "tools": [_TOOL],
+        "tools": [WEATHER_TOOL],
     },
 }
 
@@ -170,7 +158,7 @@ def test_echoed_tool_call_arguments_render_as_deepseek_converter(
             {"role": "assistant", "content": "", "tool_calls": [call]},
             {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
         ],
-        "tools": [_TOOL],
+        "tools": [WEATHER_TOOL],
     }
     want = _recipe_chat_ids(recipe_encoding, body)
     _assert_server_prompt(plain_fake_server.url, body, want, complete=len(want) < 500)  # 512-token context
@@ -450,7 +438,7 @@ SYSTEM_CASES = {
     ],
     "after_tool_result": [
         {"role": "user", "content": "Weather?"},
-        {"role": "assistant", "content": "", "tool_calls": [_CALL]},
+        {"role": "assistant", "content": "", "tool_calls": [WEATHER_CALL]},
         {"role": "tool", "tool_call_id": "c1", "content": "18C"},
         {"role": "system", "content": "Summarise the tool result."},
     ],
@@ -469,7 +457,7 @@ def test_system_messages_render_as_deepseek_encoder(
 ) -> None:
     body: dict[str, Any] = {"messages": SYSTEM_CASES[case]}
     if tools:
-        body["tools"] = [_TOOL]
+        body["tools"] = [WEATHER_TOOL]
     want = _recipe_chat_ids(recipe_encoding, body)
     _assert_server_prompt(plain_fake_server.url, body, want)
 

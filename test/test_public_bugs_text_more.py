@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 import requests
+from public_bugs_testutil import USER, WEATHER_CALL, WEATHER_TOOL
 from server_fixture import FAKE_TEXT, fake_output_ids, tokenizer_source_dir
 from sglang_v4.managers.detokenizer_manager import DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length, finish_stop
@@ -45,20 +46,6 @@ pytestmark = pytest.mark.timeout(180)
 FFFD = "\ufffd"
 BOS_ID = 0
 MODEL = "default"
-USER = [{"role": "user", "content": "Hi"}]
-_CALL = {
-    "id": "c1",
-    "type": "function",
-    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-}
-_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather of a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 
 
 # ---------------------------------------------------------------------------------------- fixtures
@@ -436,10 +423,10 @@ def test_tool_call_turn_with_null_content_tokenizes(server, recipe_encoding) -> 
     body = {
         "messages": [
             {"role": "user", "content": "Weather?"},
-            {"role": "assistant", "content": None, "tool_calls": [_CALL]},
+            {"role": "assistant", "content": None, "tool_calls": [WEATHER_CALL]},
             {"role": "tool", "tool_call_id": "c1", "content": "Sunny"},
         ],
-        "tools": [_TOOL],
+        "tools": [WEATHER_TOOL],
     }
     got = _ok(server, "/tokenize", {"model": MODEL, **body})
     assert got["tokens"] == _recipe_ids(recipe_encoding, body)
@@ -449,10 +436,10 @@ def test_null_content_tool_call_is_counted_not_dropped(server, recipe_encoding) 
     """cubist38/mlx-openai-server#205: an assistant message with ``content: null`` and tool calls
     was skipped, so the tool result that follows had no call. ``usage.prompt_tokens`` is the
     count of DeepSeek's encoding of the whole conversation, the call included."""
-    call = {"role": "assistant", "content": None, "tool_calls": [_CALL]}
+    call = {"role": "assistant", "content": None, "tool_calls": [WEATHER_CALL]}
     body = {
         "messages": [{"role": "user", "content": "Weather?"}, call, {"role": "tool", "content": "Sunny"}],
-        "tools": [_TOOL],
+        "tools": [WEATHER_TOOL],
     }
     body["messages"][2]["tool_call_id"] = "c1"
     usage = _ok(server, "/v1/chat/completions", {"model": MODEL, **body, "max_tokens": 1})["usage"]
@@ -465,7 +452,7 @@ def test_empty_and_null_content_of_a_tool_call_turn_render_alike(server, recipe_
     ``content`` give the same prompt ids, DeepSeek's encoding of the call."""
     seen = []
     for content in ("", None, "missing"):
-        call: dict[str, Any] = {"role": "assistant", "tool_calls": [_CALL]}
+        call: dict[str, Any] = {"role": "assistant", "tool_calls": [WEATHER_CALL]}
         if content != "missing":
             call["content"] = content
         body = {
@@ -474,7 +461,7 @@ def test_empty_and_null_content_of_a_tool_call_turn_render_alike(server, recipe_
                 call,
                 {"role": "tool", "tool_call_id": "c1", "content": "Sunny"},
             ],
-            "tools": [_TOOL],
+            "tools": [WEATHER_TOOL],
         }
         seen.append(_ok(server, "/tokenize", {"model": MODEL, **body})["tokens"])
     assert seen[0] == seen[1] == seen[2] == _recipe_ids(recipe_encoding, body)

@@ -38,26 +38,9 @@ recipe = pytest.importorskip("deepseek_recipe")
 openai = pytest.importorskip("openai")
 
 from openai.types.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
+from thinking_chat_testutil import CHAT, HI, MODEL, THINK_END, TOOLS, reasoning_of  # noqa: E402
 
-CHAT = "/v1/chat/completions"
-MODEL = "dsv4-test"
-HI = [{"role": "user", "content": "Hi"}]
-THINK_END = "</think>"
 REPLY = "Let me think it over.</think>\n\nThe answer is four."
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather of a city.",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
 D = "｜DSML｜"
 CALL_TEXT = (
     f'\n\n<{D}tool_calls>\n<{D}invoke name="get_weather">\n'
@@ -155,10 +138,6 @@ def _joined(chunks: list[ChatCompletionChunk]) -> tuple[str, str]:
     return reasoning, content
 
 
-def _reasoning(message: Any) -> str | None:
-    return (message.model_extra or {}).get("reasoning_content")
-
-
 # --------------------------------------------------------------------------- fixed: effort
 
 
@@ -183,7 +162,7 @@ def test_vllm_43401_reasoning_effort_alone_turns_thinking_on(
     assert _prompt(tok, own_off, model_path=model) == _recipe_prompt(body, False, effort)
     msg = _answer(tok, body, model_path=model).choices[0].message
     want = _recipe_message(body, REPLY, True)
-    assert (_reasoning(msg), msg.content) == (want["reasoning_content"], want["content"])
+    assert (reasoning_of(msg), msg.content) == (want["reasoning_content"], want["content"])
 
 
 def test_vllm_43401_reasoning_effort_none_keeps_chat_mode(
@@ -199,7 +178,7 @@ def test_vllm_43401_reasoning_effort_none_keeps_chat_mode(
     on = {"thinking": True}
     assert _prompt(tok, body, model_path=model, default_chat_template_kwargs=on) == want
     msg = _answer(tok, body, reply="Four.", model_path=model).choices[0].message
-    assert (_reasoning(msg), msg.content) == (None, "Four.")
+    assert (reasoning_of(msg), msg.content) == (None, "Four.")
 
 
 @pytest.mark.parametrize("effort", ["low", "high", "max"])
@@ -269,9 +248,9 @@ def test_sglang_23951_reasoning_enabled_object_switches_thinking(
     msg = _answer(tok, body, model_path=model).choices[0].message
     if thinking:
         want = _recipe_message({"messages": HI}, REPLY, True)
-        assert (_reasoning(msg), msg.content) == (want["reasoning_content"], want["content"])
+        assert (reasoning_of(msg), msg.content) == (want["reasoning_content"], want["content"])
     else:
-        assert (_reasoning(msg), msg.content) == (None, REPLY)
+        assert (reasoning_of(msg), msg.content) == (None, REPLY)
 
 
 def test_llama_cpp_20088_reasoning_boolean_and_exclude(tok: PreTrainedTokenizerFast) -> None:
@@ -286,7 +265,7 @@ def test_llama_cpp_20088_reasoning_boolean_and_exclude(tok: PreTrainedTokenizerF
     want = _recipe_message({"messages": HI}, REPLY, True)
     body = {"messages": HI, "reasoning": {"enabled": True, "exclude": True}}
     msg = _answer(tok, body).choices[0].message
-    assert (_reasoning(msg), msg.content) == (None, want["content"])
+    assert (reasoning_of(msg), msg.content) == (None, want["content"])
     reasoning, content = _joined(_chunks(FakeTM(tok, reply=REPLY), body))
     assert (reasoning, content) == ("", want["content"])
     tm = FakeTM(tok, reply=REPLY)
@@ -340,7 +319,7 @@ def test_vllm_12999_reasoning_split_without_a_leading_think_tag(tok: PreTrainedT
     want = _recipe_message(body, REPLY, True)
     assert want["reasoning_content"] and want["content"]
     msg = _answer(tok, body).choices[0].message
-    assert (_reasoning(msg), msg.content) == (want["reasoning_content"], want["content"])
+    assert (reasoning_of(msg), msg.content) == (want["reasoning_content"], want["content"])
     assert _joined(_chunks(FakeTM(tok, reply=REPLY), body)) == (want["reasoning_content"], want["content"])
 
 
@@ -385,7 +364,7 @@ def test_sglang_35083_text_around_an_opening_think_is_split_the_same_in_every_ch
     split. Oracle: the non-streamed answer (a cold run of the same reply) and the reply's text."""
     body = {"messages": HI, "chat_template_kwargs": {"thinking": True}}
     msg = _answer(tok, body, reply=reply).choices[0].message
-    assert (_reasoning(msg), msg.content) == want
+    assert (reasoning_of(msg), msg.content) == want
     for stride in (1, 2, 3, 100):
         assert _joined(_chunks(CoarseTM(tok, reply, stride), body)) == want, stride
 
@@ -413,7 +392,7 @@ def test_sglang_17551_reply_after_a_tool_result_is_content(tok: PreTrainedTokeni
     reply = "The tool says sunny.</think>\n\nIt is sunny in Paris."
     want = _recipe_message(body, reply, True)
     msg = _answer(tok, body, reply=reply).choices[0].message
-    assert (_reasoning(msg), msg.content, msg.tool_calls) == (
+    assert (reasoning_of(msg), msg.content, msg.tool_calls) == (
         want["reasoning_content"],
         want["content"],
         None,
@@ -428,11 +407,11 @@ def test_vllm_25589_deepseek_v3_parser_follows_the_thinking_switch(tok: PreTrain
     DeepSeek's encoder renders it. Oracle: DeepSeek's encoder and response parser."""
     off = {"messages": HI, "chat_template_kwargs": {"thinking": False}}
     msg = _answer(tok, off, reply="No reasoning here.", reasoning_parser="deepseek-v3").choices[0].message
-    assert (_reasoning(msg), msg.content) == (None, "No reasoning here.")
+    assert (reasoning_of(msg), msg.content) == (None, "No reasoning here.")
     on = {"messages": HI, "chat_template_kwargs": {"thinking": True}}
     want = _recipe_message(on, REPLY, True)
     msg = _answer(tok, on, reasoning_parser="deepseek-v3").choices[0].message
-    assert (_reasoning(msg), msg.content) == (want["reasoning_content"], want["content"])
+    assert (reasoning_of(msg), msg.content) == (want["reasoning_content"], want["content"])
     history = {
         "messages": [
             {"role": "assistant", "content": "<think>Hmm</think>"},
@@ -474,7 +453,7 @@ def test_vllm_ascend_13070_reasoning_tokens_with_a_tool_call(tok: PreTrainedToke
     want = _recipe_message(body, reply, True)
     resp = _answer(tok, body, reply=reply)
     msg = resp.choices[0].message
-    assert _reasoning(msg) == want["reasoning_content"]
+    assert reasoning_of(msg) == want["reasoning_content"]
     got_calls = [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls or []]
     want_calls = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in want["tool_calls"]]
     assert got_calls == want_calls == [("get_weather", {"city": "Paris"})]

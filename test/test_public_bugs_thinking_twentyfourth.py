@@ -35,33 +35,21 @@ from deepseek_recipe_testutil import (  # noqa: E402
     recipe_messages_response,
     recipe_prompt,
 )
-from openai.types.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
+from openai.types.chat import ChatCompletionChunk  # noqa: E402
+from thinking_chat_testutil import (  # noqa: E402
+    CALL,
+    HI,
+    MODEL,
+    THINK_END,
+    TOOLS,
+    chat_answer,
+    post_chat,
+    prompt_of,
+    reasoning_of,
+)
 
-CHAT = "/v1/chat/completions"
-MODEL = "dsv4-test"
-HI = [{"role": "user", "content": "Hi"}]
-THINK_END = "</think>"
 ON = {"chat_template_kwargs": {"thinking": True}}
 OFF = {"chat_template_kwargs": {"thinking": False}}
-CALL = {
-    "id": "c1",
-    "type": "function",
-    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-}
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather of a city.",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
 
 
 class ChoicesTM(FakeTM):
@@ -77,28 +65,11 @@ class ChoicesTM(FakeTM):
         return super()._output(sub, 0)
 
 
-def _prompt_of(tok: PreTrainedTokenizerFast, tm: FakeTM) -> str:
-    """The prompt text of the last engine request ``tm`` received."""
-    got = tm.received[-1]
-    return got.text if got.text is not None else tok.decode(got.input_ids)
-
-
-def _post(tm: FakeTM, body: dict[str, Any], **args: Any) -> Any:
-    r = _client(tm, **args).post(CHAT, json={"model": MODEL, "max_tokens": 64, **body})
-    assert r.status_code == 200, r.text
-    return r
-
-
-def _answer(tm: FakeTM, body: dict[str, Any], **args: Any) -> ChatCompletion:
-    """The non-streamed answer to ``body`` on ``tm``, as the client types it."""
-    return ChatCompletion.model_validate(_post(tm, body, **args).json())
-
-
 def _stream_chunks(tm: FakeTM, body: dict[str, Any]) -> list[ChatCompletionChunk]:
     """The streamed answer's chunks (usage asked for), each typed by the client; ``[DONE]``
     asserted."""
     body = {**body, "stream": True, "stream_options": {"include_usage": True}}
-    events = sse_data_events(_post(tm, body))
+    events = sse_data_events(post_chat(tm, body))
     assert events and events[-1] == "[DONE]", events[-3:]
     return [ChatCompletionChunk.model_validate(e) for e in events[:-1]]
 
@@ -113,10 +84,6 @@ def _streamed(tm: FakeTM, body: dict[str, Any]) -> dict[int, tuple[str, str, str
             acc[1] += c.delta.content or ""
             acc[2] = c.finish_reason or acc[2]
     return {k: (v[0], v[1], v[2]) for k, v in out.items()}
-
-
-def _reasoning(message: Any) -> str | None:
-    return (message.model_extra or {}).get("reasoning_content")
 
 
 def _cut(tok: PreTrainedTokenizerFast, text: str, n: int) -> str:
@@ -168,8 +135,8 @@ def test_omlx_3667_reasoning_newlines_trimmed_as_deepseek_reads_them(
     newlines); ``reasoning_content`` kept them. Streamed and not, the split must be DeepSeek's.
     Oracle: DeepSeek's response parser for the same reply."""
     want = recipe_message({"messages": HI}, reply, True)
-    msg = _answer(FakeTM(tok, reply=reply), {**ON, "messages": HI}).choices[0].message
-    assert (_reasoning(msg) or "", msg.content) == (want.get("reasoning_content") or "", want["content"])
+    msg = chat_answer(FakeTM(tok, reply=reply), {**ON, "messages": HI}).choices[0].message
+    assert (reasoning_of(msg) or "", msg.content) == (want.get("reasoning_content") or "", want["content"])
     reasoning, content, finish = _streamed(FakeTM(tok, reply=reply), {**ON, "messages": HI})[0]
     assert (reasoning, content, finish) == (want.get("reasoning_content") or "", want["content"], "stop")
 
@@ -185,8 +152,8 @@ def test_omlx_3667_reasoning_cut_by_the_limit_keeps_its_trailing_newlines(
     body = {**ON, "messages": HI, "max_tokens": n}
     want = recipe_message(body, reply, True, "length")
     assert want["reasoning_content"].endswith("\n") == reply.endswith("\n")
-    choice = _answer(FakeTM(tok, reply=reply + " and more"), body).choices[0]
-    assert (_reasoning(choice.message), choice.message.content or "", choice.finish_reason) == (
+    choice = chat_answer(FakeTM(tok, reply=reply + " and more"), body).choices[0]
+    assert (reasoning_of(choice.message), choice.message.content or "", choice.finish_reason) == (
         want["reasoning_content"],
         want["content"],
         "length",
@@ -216,9 +183,9 @@ def test_omlx_3667_continued_reasoning_keeps_its_leading_newline(
     want = recipe_message(oracle, reply, True)
     assert want["reasoning_content"].startswith("\n")
     tm = FakeTM(tok, reply=reply)
-    msg = _answer(tm, body).choices[0].message
-    assert _prompt_of(tok, tm) == recipe_prompt(oracle, True)
-    assert (_reasoning(msg), msg.content) == (want["reasoning_content"], want["content"])
+    msg = chat_answer(tm, body).choices[0].message
+    assert prompt_of(tok, tm) == recipe_prompt(oracle, True)
+    assert (reasoning_of(msg), msg.content) == (want["reasoning_content"], want["content"])
     got = _streamed(FakeTM(tok, reply=reply), body)[0]
     assert got == (want["reasoning_content"], want["content"], "stop")
 
@@ -316,9 +283,9 @@ def test_dynamo_11997_interleaved_choices_keep_their_own_reasoning_split(
         finish = "stop" if cut == reply else "length"
         m = recipe_message({"messages": HI}, cut, True, finish)
         wants.append((m.get("reasoning_content") or "", m["content"], finish))
-    got = _answer(ChoicesTM(tok, replies), body)
+    got = chat_answer(ChoicesTM(tok, replies), body)
     assert [
-        (_reasoning(c.message) or "", c.message.content or "", c.finish_reason) for c in got.choices
+        (reasoning_of(c.message) or "", c.message.content or "", c.finish_reason) for c in got.choices
     ] == wants
     assert _streamed(ChoicesTM(tok, replies), body) == dict(enumerate(wants))
     count = sum(_reasoning_token_count(tok, _cut(tok, r, max_tokens)) for r in replies)
@@ -352,10 +319,10 @@ def test_vllm_52393_stop_strings_stay_dormant_inside_the_reasoning(
 
     think_end = tok.convert_tokens_to_ids(THINK_END)
     tm = FakeTM(tok, reply="x")
-    _answer(tm, {**ON, "messages": HI, "stop": stops})
+    chat_answer(tm, {**ON, "messages": HI, "stop": stops})
     sp_on = tm.received[-1].sampling_params
     assert sp_on["stop_str_after_token_id"] == think_end
-    _answer(tm, {**OFF, "messages": HI, "stop": stops})
+    chat_answer(tm, {**OFF, "messages": HI, "stop": stops})
     assert "stop_str_after_token_id" not in tm.received[-1].sampling_params
 
     sp = SamplingParams(stop=stops, stop_str_after_token_id=think_end)
@@ -399,20 +366,20 @@ def test_smg_1876_reasoning_effort_none_is_chat_mode_and_others_think(
     thinking = conv.conversation.thinking_mode
     assert thinking == (effort != "none")
     tm = FakeTM(tok, reply=reply)
-    msg = _answer(tm, body).choices[0].message
-    assert _prompt_of(tok, tm) == recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
+    msg = chat_answer(tm, body).choices[0].message
+    assert prompt_of(tok, tm) == recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
     if thinking:
         want = recipe_message({"messages": HI}, reply, True)
-        assert (_reasoning(msg), msg.content) == (want["reasoning_content"], want["content"])
+        assert (reasoning_of(msg), msg.content) == (want["reasoning_content"], want["content"])
         assert _streamed(FakeTM(tok, reply=reply), body)[0][:2] == (
             want["reasoning_content"],
             want["content"],
         )
     else:
-        assert _reasoning(msg) is None and msg.content is not None and "Hello!" in msg.content
+        assert reasoning_of(msg) is None and msg.content is not None and "Hello!" in msg.content
     tm = FakeTM(tok, reply=reply)
-    _answer(tm, {**body, **ON, "reasoning_effort": "none"})
-    assert _prompt_of(tok, tm) == recipe_prompt({"messages": HI}, True)
+    chat_answer(tm, {**body, **ON, "reasoning_effort": "none"})
+    assert prompt_of(tok, tm) == recipe_prompt({"messages": HI}, True)
 
 
 @pytest.mark.parametrize("thinking", [True, False])
@@ -452,7 +419,7 @@ def test_litellm_10691_completion_tokens_include_the_reasoning_tokens(tok: PreTr
     reply = "Let me add: 2+2=4.</think>It is 4."
     body = {**ON, "messages": [{"role": "user", "content": "2+2?"}]}
     tm = FakeTM(tok, reply=reply)
-    usage = _answer(tm, body).usage
+    usage = chat_answer(tm, body).usage
     prompt_tokens = len(tok.encode(recipe_prompt(body, True), add_special_tokens=False))
     n_out = len(tok.encode(reply, add_special_tokens=False))
     want = (prompt_tokens, n_out, prompt_tokens + n_out, _reasoning_token_count(tok, reply))
@@ -483,8 +450,8 @@ def test_rapid_mlx_1778_literal_think_in_a_chat_mode_answer_is_kept(
     the whole reply is the answer, the same streamed and not. Oracle: DeepSeek's response parser
     in chat mode."""
     want = recipe_message({"messages": HI}, reply, False)
-    msg = _answer(FakeTM(tok, reply=reply), {**OFF, "messages": HI}).choices[0].message
-    assert (_reasoning(msg), msg.content) == (want.get("reasoning_content"), want["content"])
+    msg = chat_answer(FakeTM(tok, reply=reply), {**OFF, "messages": HI}).choices[0].message
+    assert (reasoning_of(msg), msg.content) == (want.get("reasoning_content"), want["content"])
     assert _streamed(FakeTM(tok, reply=reply), {**OFF, "messages": HI})[0][:2] == ("", want["content"])
 
 
@@ -499,8 +466,8 @@ def test_kekzl_imp_793_think_reopened_after_the_answer_splits_the_same_streamed_
     reading of a later ``</think>`` tag (it drops that tag as a special token; the tokenizer
     marks ``</think>`` non-special, so the text keeps it)."""
     want = recipe_message({"messages": HI}, reply, True)
-    msg = _answer(FakeTM(tok, reply=reply), {**ON, "messages": HI}).choices[0].message
-    assert _reasoning(msg) == want["reasoning_content"]
+    msg = chat_answer(FakeTM(tok, reply=reply), {**ON, "messages": HI}).choices[0].message
+    assert reasoning_of(msg) == want["reasoning_content"]
     assert msg.content is not None and msg.content.replace(THINK_END, "") == want["content"]
     got = _streamed(FakeTM(tok, reply=reply), {**ON, "messages": HI})[0]
     assert got == (want["reasoning_content"], msg.content, "stop")
@@ -536,11 +503,11 @@ def test_langbot_2223_reasoning_of_tool_rounds_replayed_as_deepseek_renders_it(
             body = {"messages": history, "tools": TOOLS}
             want = recipe_prompt(body, thinking)
             tm = FakeTM(tok, reply="x")
-            _answer(tm, {**body, "chat_template_kwargs": {"thinking": thinking}})
-            assert _prompt_of(tok, tm) == want
+            chat_answer(tm, {**body, "chat_template_kwargs": {"thinking": thinking}})
+            assert prompt_of(tok, tm) == want
             renamed = [
                 {("reasoning" if k == "reasoning_content" else k): v for k, v in m.items()} for m in history
             ]
-            _answer(tm, {**body, "messages": renamed, "chat_template_kwargs": {"thinking": thinking}})
-            assert _prompt_of(tok, tm) == want
+            chat_answer(tm, {**body, "messages": renamed, "chat_template_kwargs": {"thinking": thinking}})
+            assert prompt_of(tok, tm) == want
     assert "Paris first." in recipe_prompt({"messages": rounds, "tools": TOOLS}, True)

@@ -37,58 +37,29 @@ openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
 
 from deepseek_recipe_testutil import recipe_message, recipe_prompt  # noqa: E402
-from openai.types.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
+from openai.types.chat import ChatCompletionChunk  # noqa: E402
+from thinking_chat_testutil import (  # noqa: E402
+    CALL,
+    HI,
+    MODEL,
+    THINK_END,
+    TOOLS,
+    chat_answer,
+    post_chat,
+    prompt_of,
+    reasoning_of,
+)
 
-CHAT = "/v1/chat/completions"
-MODEL = "dsv4-test"
-HI = [{"role": "user", "content": "Hi"}]
-THINK_END = "</think>"
 ON = {"chat_template_kwargs": {"thinking": True}}
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 JSON_FORMAT = {"type": "json_schema", "json_schema": {"name": "out", "schema": SCHEMA}}
-CALL = {
-    "id": "c1",
-    "type": "function",
-    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-}
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather of a city.",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
-
-
-def _prompt_of(tok: PreTrainedTokenizerFast, tm: FakeTM) -> str:
-    """The prompt text of the last engine request ``tm`` received."""
-    got = tm.received[-1]
-    return got.text if got.text is not None else tok.decode(got.input_ids)
-
-
-def _post(tm: FakeTM, body: dict[str, Any], **args: Any) -> Any:
-    r = _client(tm, **args).post(CHAT, json={"model": MODEL, "max_tokens": 64, **body})
-    assert r.status_code == 200, r.text
-    return r
-
-
-def _answer(tm: FakeTM, body: dict[str, Any], **args: Any) -> ChatCompletion:
-    """The non-streamed answer to ``body`` on ``tm``, as the client types it."""
-    return ChatCompletion.model_validate(_post(tm, body, **args).json())
 
 
 def _streamed(tm: FakeTM, body: dict[str, Any], **args: Any) -> tuple[str, str, Any]:
     """``(reasoning, content, usage)`` of the streamed answer to ``body`` (choice 0's deltas
     joined; the usage of the final chunk), each chunk typed by the client; ``[DONE]`` asserted."""
     body = {**body, "stream": True, "stream_options": {"include_usage": True}}
-    events = sse_data_events(_post(tm, body, **args))
+    events = sse_data_events(post_chat(tm, body, **args))
     assert events and events[-1] == "[DONE]", events[-3:]
     chunks = [ChatCompletionChunk.model_validate(e) for e in events[:-1]]
     reasoning = content = ""
@@ -97,10 +68,6 @@ def _streamed(tm: FakeTM, body: dict[str, Any], **args: Any) -> tuple[str, str, 
             content += c.delta.content or ""
             reasoning += (c.delta.model_extra or {}).get("reasoning_content") or ""
     return reasoning, content, chunks[-1].usage
-
-
-def _reasoning(message: Any) -> str | None:
-    return (message.model_extra or {}).get("reasoning_content")
 
 
 def _details(usage: Any) -> int | None:
@@ -164,11 +131,11 @@ def test_sillytavern_3634_prefix_with_only_reasoning_continues_the_reasoning(
         want_prompt = recipe_prompt(oracle, True)
         assert not want_prompt.endswith(THINK_END)
         tm = FakeTM(tok, reply=reply)
-        msg = _answer(tm, body).choices[0].message
-        assert _prompt_of(tok, tm) == want_prompt
+        msg = chat_answer(tm, body).choices[0].message
+        assert prompt_of(tok, tm) == want_prompt
         want = recipe_message(oracle, reply, True)
         assert want["reasoning_content"] == " so 42."
-        assert (_reasoning(msg), msg.content) == (want["reasoning_content"], want["content"])
+        assert (reasoning_of(msg), msg.content) == (want["reasoning_content"], want["content"])
         reasoning, content, _ = _streamed(FakeTM(tok, reply=reply), body)
         assert (reasoning, content) == (want["reasoning_content"], want["content"])
 
@@ -190,10 +157,10 @@ def test_sillytavern_3634_chat_mode_and_content_prefixes_continue_the_answer(
         want_prompt = recipe_prompt(body, thinking)
         assert want_prompt.endswith(last["content"] or THINK_END)
         tm = FakeTM(tok, reply=" is 42.")
-        msg = _answer(tm, body).choices[0].message
-        assert _prompt_of(tok, tm) == want_prompt
+        msg = chat_answer(tm, body).choices[0].message
+        assert prompt_of(tok, tm) == want_prompt
         want = recipe_message(body, " is 42.", thinking)
-        assert (_reasoning(msg), msg.content) == (want.get("reasoning_content"), want["content"])
+        assert (reasoning_of(msg), msg.content) == (want.get("reasoning_content"), want["content"])
 
 
 def test_sillytavern_3634_prefix_reasoning_then_json_grammar_waits_for_think_end(
@@ -206,7 +173,7 @@ def test_sillytavern_3634_prefix_reasoning_then_json_grammar_waits_for_think_end
     tm = FakeTM(tok, reply=' ok.</think>{"a": 1}')
     tm.grammar_enabled = True  # type: ignore[attr-defined]
     last = {"role": "assistant", "content": "", "reasoning_content": "Give json", "prefix": True}
-    _answer(tm, {**ON, "messages": [*HI, last], "response_format": JSON_FORMAT})
+    chat_answer(tm, {**ON, "messages": [*HI, last], "response_format": JSON_FORMAT})
     sp = tm.received[-1].sampling_params
     assert "json_schema" not in sp
     tag = json.loads(sp["structural_tag"])
@@ -243,13 +210,13 @@ def test_vllm_19222_thinking_off_json_answer_is_content(
     }
     tm = FakeTM(tok, reply='{"a": 1}')
     tm.grammar_enabled = True  # type: ignore[attr-defined]
-    msg = _answer(tm, body, **args).choices[0].message
-    assert _prompt_of(tok, tm) == recipe_prompt(body, False)
+    msg = chat_answer(tm, body, **args).choices[0].message
+    assert prompt_of(tok, tm) == recipe_prompt(body, False)
     sp = tm.received[-1].sampling_params
     assert "structural_tag" not in sp and json.loads(sp["json_schema"]) == SCHEMA
     jsonschema.validate(json.loads(msg.content), SCHEMA)
     want = recipe_message(body, '{"a": 1}', False)
-    assert (_reasoning(msg), msg.content) == (want.get("reasoning_content"), want["content"])
+    assert (reasoning_of(msg), msg.content) == (want.get("reasoning_content"), want["content"])
 
 
 def test_vllm_19222_thinking_on_json_grammar_takes_reasoning_then_the_schema(
@@ -269,7 +236,7 @@ def test_vllm_19222_thinking_on_json_grammar_takes_reasoning_then_the_schema(
     body = {**ON, "messages": [{"role": "user", "content": "Reply in json."}], "response_format": JSON_FORMAT}
     tm = FakeTM(tok, reply=reply)
     tm.grammar_enabled = True  # type: ignore[attr-defined]
-    msg = _answer(tm, body).choices[0].message
+    msg = chat_answer(tm, body).choices[0].message
     sp = SamplingParams(structural_tag=tm.received[-1].sampling_params["structural_tag"])
     sp.verify(VOCAB, allow_grammar=True)
     grammar = ds_grammar_backend().create(sp)
@@ -281,7 +248,7 @@ def test_vllm_19222_thinking_on_json_grammar_takes_reasoning_then_the_schema(
     assert not accepts(grammar, '{"a": 1}')
     assert not accepts(grammar, "The user wants json.</think>" + bad)
     want = recipe_message(body, reply, True)
-    assert (_reasoning(msg), msg.content) == (want["reasoning_content"], want["content"])
+    assert (reasoning_of(msg), msg.content) == (want["reasoning_content"], want["content"])
 
 
 @pytest.mark.parametrize(
@@ -326,9 +293,9 @@ def test_agno_8357_json_mode_prompt_carries_deepseeks_response_format_section(
             body["tools"] = tools
         tm = FakeTM(tok, reply='{"a": 1}')
         tm.grammar_enabled = True  # type: ignore[attr-defined]
-        _answer(tm, {**body, "chat_template_kwargs": {"thinking": thinking}})
+        chat_answer(tm, {**body, "chat_template_kwargs": {"thinking": thinking}})
         want = recipe_prompt(body, thinking)
-        assert _prompt_of(tok, tm) == want
+        assert prompt_of(tok, tm) == want
         if response_format["type"] != "text":
             assert "## Response Format:" in want
     if "<｜User｜>" in json.dumps(response_format, ensure_ascii=False):
@@ -345,7 +312,7 @@ def test_agno_8357_json_mode_prompt_carries_deepseeks_response_format_section(
     conv = recipe.ResponsesRequest({**copy.deepcopy(body), "model": "DeepSeek-V4-Pro"}).convert(
         recipe.ConversionOptions(default_thinking_mode=False)
     )
-    assert _prompt_of(tok, tm) == recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
+    assert prompt_of(tok, tm) == recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
 
 
 def test_agno_8357_messages_output_format_stays_out_of_the_prompt(tok: PreTrainedTokenizerFast) -> None:
@@ -364,7 +331,7 @@ def test_agno_8357_messages_output_format_stays_out_of_the_prompt(tok: PreTraine
     conv = recipe.MessagesRequest({**copy.deepcopy(body), "model": "DeepSeek-V4-Pro"}).convert(
         recipe.ConversionOptions(default_thinking_mode=False)
     )
-    assert _prompt_of(tok, tm) == recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
+    assert prompt_of(tok, tm) == recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
     assert json.loads(tm.received[-1].sampling_params["json_schema"]) == SCHEMA
 
 
@@ -386,11 +353,11 @@ def test_omlx_3796_reasoning_cut_by_the_token_limit_stays_reasoning(
     cut = tok.decode(ids[:max_tokens])
     assert THINK_END not in cut
     body = {**ON, "messages": HI, "max_tokens": max_tokens}
-    answer = _answer(FakeTM(tok, reply=reply), body)
+    answer = chat_answer(FakeTM(tok, reply=reply), body)
     want = recipe_message({"messages": HI}, cut, True, finish="length")
     msg = answer.choices[0].message
     assert answer.choices[0].finish_reason == "length"
-    assert (_reasoning(msg), msg.content or "") == (want["reasoning_content"], want["content"])
+    assert (reasoning_of(msg), msg.content or "") == (want["reasoning_content"], want["content"])
     assert _details(answer.usage) == answer.usage.completion_tokens == max_tokens
     reasoning, content, usage = _streamed(FakeTM(tok, reply=reply), body)
     assert (reasoning, content) == (want["reasoning_content"], want["content"])
@@ -412,12 +379,12 @@ def test_lightllm_1490_reasoning_tokens_per_choice_and_summed(tok: PreTrainedTok
     per_choice = ids.index(tok.convert_tokens_to_ids(THINK_END)) + 1
     assert 1 < per_choice < len(ids)
     body = {**ON, "messages": HI, "n": 2}
-    answer = _answer(FakeTM(tok, reply=reply), body)
+    answer = chat_answer(FakeTM(tok, reply=reply), body)
     assert _details(answer.usage) == 2 * per_choice
-    assert [_reasoning(c.message) for c in answer.choices] == ["Two plus two is four."] * 2
+    assert [reasoning_of(c.message) for c in answer.choices] == ["Two plus two is four."] * 2
     _, _, usage = _streamed(FakeTM(tok, reply=reply), body)
     assert _details(usage) == 2 * per_choice
-    chat_mode = _answer(FakeTM(tok, reply="Four."), {"messages": HI})
+    chat_mode = chat_answer(FakeTM(tok, reply="Four."), {"messages": HI})
     assert not _details(chat_mode.usage)
 
 
@@ -448,9 +415,7 @@ def test_vllm_33512_responses_reasoning_tokens_and_effort_turns_thinking_on(
         conv = recipe.ResponsesRequest({**copy.deepcopy(body), "model": "DeepSeek-V4-Pro"}).convert(
             recipe.ConversionOptions(default_thinking_mode=False)
         )
-        assert (
-            _prompt_of(tok, tm) == recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
-        )
+        assert prompt_of(tok, tm) == recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
         resp = Response.model_validate(r.json())
         kinds = [o.type for o in resp.output]
         assert resp.usage is not None
@@ -480,15 +445,15 @@ def test_sglang_20586_explicit_thinking_off_beats_the_server_default(tok: PreTra
     for name in ("enable_thinking", "thinking"):
         body = {"messages": HI, "chat_template_kwargs": {name: False}}
         tm = FakeTM(tok, reply="Hello there!")
-        msg = _answer(tm, body, **default_on).choices[0].message
-        assert _prompt_of(tok, tm) == recipe_prompt(body, False)
-        assert (_reasoning(msg), msg.content) == (None, "Hello there!")
+        msg = chat_answer(tm, body, **default_on).choices[0].message
+        assert prompt_of(tok, tm) == recipe_prompt(body, False)
+        assert (reasoning_of(msg), msg.content) == (None, "Hello there!")
         reasoning, content, _ = _streamed(FakeTM(tok, reply="Hello there!"), body, **default_on)
         assert (reasoning, content) == ("", "Hello there!")
     tm = FakeTM(tok, reply="Greet.</think>Hello there!")
-    msg = _answer(tm, {"messages": HI}, **default_on).choices[0].message
-    assert _prompt_of(tok, tm) == recipe_prompt({"messages": HI}, True)
-    assert (_reasoning(msg), msg.content) == ("Greet.", "Hello there!")
+    msg = chat_answer(tm, {"messages": HI}, **default_on).choices[0].message
+    assert prompt_of(tok, tm) == recipe_prompt({"messages": HI}, True)
+    assert (reasoning_of(msg), msg.content) == ("Greet.", "Hello there!")
 
 
 HISTORIES = {
@@ -539,8 +504,8 @@ def test_vercel_ai_14740_reasoning_history_kept_or_dropped_as_deepseek_renders_i
     if tools:
         body["tools"] = TOOLS
     tm = FakeTM(tok, reply="Done.")
-    _answer(tm, body)
-    assert _prompt_of(tok, tm) == recipe_prompt(body, thinking)
+    chat_answer(tm, body)
+    assert prompt_of(tok, tm) == recipe_prompt(body, thinking)
 
 
 # --------------------------------------------------------------------------- Anthropic thinking blocks
@@ -601,7 +566,7 @@ def test_goai_142_signed_thinking_blocks_replayed_in_a_messages_history(
     conv = recipe.MessagesRequest({**copy.deepcopy(body), "model": "DeepSeek-V4-Pro"}).convert(
         recipe.ConversionOptions(default_thinking_mode=False)
     )
-    assert _prompt_of(tok, tm) == recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
+    assert prompt_of(tok, tm) == recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
     out = Message.model_validate(r.json())
     if thinking["type"] == "enabled":
         first = out.content[0]

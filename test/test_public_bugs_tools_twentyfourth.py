@@ -18,23 +18,18 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator
-from types import SimpleNamespace
 from typing import Any
 
 import anthropic
 import openai
 import pytest
-from chat_tools_testutil import WEATHER, ChunkTM
+from chat_tools_testutil import WEATHER, ChunkTM, routes_client
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
-from fastapi import FastAPI
-from fastapi.testclient import TestClient
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 from openai.types.responses import Response as OpenAIResponse
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
-from sglang_v4.entrypoints.anthropic import create_anthropic_router
-from sglang_v4.entrypoints.openai import create_openai_router
 from transformers import PreTrainedTokenizerFast
 
 recipe = pytest.importorskip("deepseek_recipe")
@@ -70,22 +65,6 @@ CALL_TWO = dsml_block(
     dsml_invoke("get_weather", dsml_param("city", True, "Oslo"), dsml_param("days", False, "2")),
 )
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
-
-
-def _app(tm: Any) -> TestClient:
-    """An in-process app serving the OpenAI and Anthropic routes over the fake engine ``tm``."""
-    sa = SimpleNamespace(
-        served_model_name="m",
-        model_path=None,
-        api_key=None,
-        enable_cache_report=False,
-        allow_auto_truncate=False,
-    )
-    app = FastAPI()
-    router = create_openai_router(tm, sa)
-    app.include_router(router)
-    app.include_router(create_anthropic_router(router.serving))
-    return TestClient(app)
 
 
 def _tm(tok: PreTrainedTokenizerFast, reply: str, per_chunk: int = 1) -> ChunkTM:
@@ -141,7 +120,7 @@ def test_call_cut_by_max_tokens_reports_length_on_every_route(tok: PreTrainedTok
     want = _recipe_calls(body, cut_text, finish="length")
     full = _recipe_calls(body, CALL_PARIS)
     assert want[0][1] and full[0][1].startswith(want[0][1]) and want != full
-    tc = _app(_tm(tok, CALL_PARIS))
+    tc = routes_client(_tm(tok, CALL_PARIS))
     r = tc.post(CHAT, json={"model": "m", **body})
     assert r.status_code == 200, r.text
     ch = openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0]
@@ -200,7 +179,7 @@ def test_tool_shaped_text_that_is_no_dsml_stays_content(
         body |= {"tools": [WEATHER], "tool_choice": tools}
     oracle = _recipe_message(body, text)
     assert oracle["content"] == text and not oracle.get("tool_calls")
-    tc = _app(_tm(tok, text))
+    tc = routes_client(_tm(tok, text))
     r = tc.post(CHAT, json={"model": "m", **body})
     assert r.status_code == 200, r.text
     ch = openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0]
@@ -246,7 +225,7 @@ def test_n_choices_keep_their_own_calls_and_distinct_ids(tok: PreTrainedTokenize
     body = {"messages": MSGS, "tools": [WEATHER], "n": 2}
     # DeepSeek's converter serves n = 1 only: each reply read on its own
     want = [_recipe_calls({"messages": MSGS, "tools": [WEATHER]}, r) for r in replies]
-    tc = _app(_NChoiceTM(tok, replies))
+    tc = routes_client(_NChoiceTM(tok, replies))
     r = tc.post(CHAT, json={"model": "m", **body})
     assert r.status_code == 200, r.text
     plain = openai.types.chat.ChatCompletion.model_validate(r.json()).choices
@@ -275,7 +254,7 @@ def test_chat_call_deltas_carry_index_and_open_with_id_and_name(
     ``deepseek-recipe``, the ``openai`` client's chunk types and accumulator."""
     reply = "Checking both." + CALL_TWO
     body = {"messages": MSGS, "tools": [WEATHER]}
-    r = _app(_tm(tok, reply, per_chunk)).post(CHAT, json={"model": "m", **body, "stream": True})
+    r = routes_client(_tm(tok, reply, per_chunk)).post(CHAT, json={"model": "m", **body, "stream": True})
     assert r.status_code == 200, r.text
     seen: set[int] = set()
     for raw in _chunks(r.text):
@@ -303,7 +282,7 @@ def test_responses_call_in_one_engine_step_streams_its_whole_arguments(tok: PreT
     parser reads. Oracles: ``deepseek-recipe``, the ``openai`` client's event and response
     types, ``json.loads``."""
     reply = "Checking both." + CALL_TWO
-    r = _app(_tm(tok, reply, per_chunk=100000)).post(
+    r = routes_client(_tm(tok, reply, per_chunk=100000)).post(
         RESP, json={"model": "m", "input": "Weather in Rome and Oslo?", "tools": [FLAT], "stream": True}
     )
     assert r.status_code == 200, r.text
@@ -343,7 +322,7 @@ def test_named_choice_of_a_tool_without_parameters_is_forced(tok: PreTrainedToke
         "tool_choice": {"type": "function", "function": {"name": "list_tasks"}},
     }
     tm = _tm(tok, reply)
-    r = _app(tm).post(CHAT, json={"model": "m", **body})
+    r = routes_client(tm).post(CHAT, json={"model": "m", **body})
     assert r.status_code == 200, r.text
     ch = openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0]
     assert _calls(ch.message) == _recipe_calls(body, reply) == [("list_tasks", "{}")]
@@ -370,7 +349,7 @@ def test_required_choice_without_tools_is_a_400(
     Expected: a 400 in OpenAI's error shape naming ``tool_choice`` (or ``tools``), and no
     engine request. Oracle: the ``openai`` client's ``BadRequestError`` and error body."""
     tm = _tm(tok, "Hello.")
-    tc = _app(tm)
+    tc = routes_client(tm)
     client = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=tc, max_retries=0)
     with pytest.raises(openai.BadRequestError) as ei:
         client.post(path.removeprefix("/v1"), body={"model": "m", **body}, cast_to=object)
@@ -404,7 +383,7 @@ def test_null_content_call_answered_by_an_empty_tool_result_is_served(tok: PreTr
     ]
     body = {"messages": messages, "tools": [WEATHER]}
     tm = _tm(tok, "Done.")
-    r = _app(tm).post(CHAT, json={"model": "m", **body})
+    r = routes_client(tm).post(CHAT, json={"model": "m", **body})
     assert r.status_code == 200, r.text
     want = tok.encode(_recipe_prompt(body, False), add_special_tokens=False)
     assert list(tm.received[0].input_ids) == want
@@ -422,7 +401,7 @@ def test_non_ascii_arguments_are_literal_utf8(tok: PreTrainedTokenizerFast, per_
     body = {"messages": MSGS, "tools": [WEATHER]}
     want = _recipe_calls(body, reply)
     assert json.loads(want[0][1]) == {"city": city}
-    tc = _app(_tm(tok, reply, per_chunk))
+    tc = routes_client(_tm(tok, reply, per_chunk))
     r = tc.post(CHAT, json={"model": "m", **body})
     plain = _calls(openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0].message)
     folded = _calls(_fold(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0].message)
@@ -473,7 +452,7 @@ def test_string_values_keep_their_whitespace(
     body = {"messages": MSGS, "tools": [WEATHER, EDIT]}
     want = [(n, json.loads(a)) for n, a in _recipe_calls(body, reply)]
     assert want == [("edit", {"text": text, "count": json.loads(count)})]
-    tc = _app(_tm(tok, reply, per_chunk))
+    tc = routes_client(_tm(tok, reply, per_chunk))
     r = tc.post(CHAT, json={"model": "m", **body})
     plain = openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0].message
     folded = _fold(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0].message
@@ -496,7 +475,7 @@ def test_block_without_the_blank_line_before_it_is_still_a_call(
     oracle = _recipe_message(body, reply)
     want = _recipe_calls(body, reply)
     assert want and oracle["content"].strip() == "Let me check."
-    tc = _app(_tm(tok, reply))
+    tc = routes_client(_tm(tok, reply))
     r = tc.post(CHAT, json={"model": "m", **body})
     plain = openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0]
     folded = _fold(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0]
@@ -530,7 +509,7 @@ def test_empty_block_and_stray_closers_leave_the_text_and_no_markup(
     its words as Python's ``str.split`` reads the reply with the tags replaced by spaces.
     Oracles: the hand-cut text, Python ``re``, the ``openai`` client's accumulator."""
     assert re.sub(rf"</?{DSML}\w+>", " ", reply).split() == want.split()
-    tc = _app(_tm(tok, reply, per_chunk))
+    tc = routes_client(_tm(tok, reply, per_chunk))
     body = {"messages": MSGS, "tools": [WEATHER]}
     r = tc.post(CHAT, json={"model": "m", **body})
     plain = openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0]
@@ -566,7 +545,7 @@ def test_text_after_a_call_block_keeps_its_word_boundary(
     reply = "Checking." + dsml_block(dsml_invoke("get_weather", dsml_param("city", True, "Paris"))) + after
     body = {"messages": MSGS, "tools": [WEATHER]}
     calls = _recipe_calls(body, reply)
-    tc = _app(_tm(tok, reply, per_chunk))
+    tc = routes_client(_tm(tok, reply, per_chunk))
     r = tc.post(CHAT, json={"model": "m", **body})
     plain = openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0].message
     folded = _fold(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0].message

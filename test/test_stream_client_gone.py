@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 from anthropic_testutil import make_clients
+from asgi_testutil import json_post_scope
 from fake_prompt_tm import MODEL, SlowTM
 from transformers import PreTrainedTokenizerFast
 
@@ -99,20 +100,7 @@ async def _drive(app: Any, path: str, body: dict[str, Any], gone: str, sent: lis
         if gone == "frame" and message["type"] == "http.response.body" and message.get("body"):
             raise OSError("connection closed by the client")
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3" if gone == "disconnect" else "2.4"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"content-type", b"application/json"), (b"host", b"testserver")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
+    scope = json_post_scope(path, "2.3" if gone == "disconnect" else "2.4")
     with contextlib.suppress(Exception):
         await asyncio.wait_for(app(scope, receive, send), timeout=20)
 

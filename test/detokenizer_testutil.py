@@ -1,0 +1,68 @@
+"""Helpers for the detokenization test modules: the detokenizer fed scheduler messages by hand.
+
+``stream_detok`` drives a fresh ``DetokenizerManager`` with ``BatchTokenIDOut`` messages the way
+the scheduler sends them (one request ``r``, a fixed number of new output ids a message, the last
+message finishing the request) and returns the text chunks it sent and its final text;
+``encode_plain`` and ``byte_token`` build the id sequences the tests feed it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sglang_v4.hf_transformers_utils import byte_level_token_bytes
+from sglang_v4.managers.detokenizer_manager import DetokenizerManager
+from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length
+
+
+def encode_plain(hf: Any, text: str) -> list[int]:
+    """The token ids of ``text`` on tokenizer ``hf`` without special tokens (no BOS)."""
+    return hf.encode(text, add_special_tokens=False)
+
+
+def stream_detok(
+    tokenizer: Any,
+    ids: list[int],
+    reason: Any = None,
+    per_message: int = 1,
+    skip: bool = True,
+    **fields: Any,
+) -> tuple[list[str], str]:
+    """Feed ``ids`` to a fresh detokenizer ``per_message`` tokens a message (the last message
+    finishes with ``reason``, by default the length); returns the chunks sent and the final text.
+
+    ``skip`` is the request's ``skip_special_tokens``; ``fields`` go to ``BatchTokenIDOut.append``
+    unchanged (``spaces_between_special_tokens``, ``no_stop_trim``...). Asserts the request's
+    decode state is dropped once it finishes.
+    """
+    dm = DetokenizerManager(tokenizer)
+    chunks: list[str] = []
+    prev = 0
+    final = None
+    for k in [*range(per_message, len(ids), per_message), len(ids)]:
+        last = k == len(ids)
+        m = BatchTokenIDOut.empty()
+        m.append(
+            rid="r",
+            finished_reason=(reason or finish_length(k)) if last else None,
+            output_ids=ids[prev:k],
+            prompt_tokens=1,
+            completion_tokens=k,
+            skip_special_tokens=skip,
+            **fields,
+        )
+        out = dm.handle_batch_token_id_out(m)
+        chunks.append(out.output_strs[0])
+        final = out.final_strs[0]
+        prev = k
+    assert final is not None and not dm.decode_status
+    return chunks, final
+
+
+def byte_token(hf: Any, b: int) -> int:
+    """The id of the vocabulary token that is the single byte ``b`` (byte-level BPE); raises
+    ``AssertionError`` when the first 512 ids hold none."""
+    for t in range(512):
+        if byte_level_token_bytes(hf, t) == bytes([b]):
+            return t
+    raise AssertionError(f"no single-byte token for {b:#x}")
