@@ -404,3 +404,79 @@ def test_item_reference_stands_for_the_stored_item(tok: PreTrainedTokenizerFast)
     )
     assert r.status_code == 404 and r.json()["error"]["param"] == "input[0].id", r.text
     assert len(tm.received) == sent
+
+
+# --------------------------------------------------------------------------- call ids
+
+
+def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments}
+
+
+def _output(call_id: str, output: str) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call_id, "output": output}
+
+
+def test_two_calls_of_one_turn_under_one_call_id_are_a_400(tok: PreTrainedTokenizerFast) -> None:
+    """openai/gpt-oss#309: two ``function_call`` items of one turn sharing a ``call_id`` (a
+    per-turn counter such as ``call_0`` reused by a client) were accepted, and each output was
+    bound to whichever call registered last: a weather result shown under ``delete_file``, the
+    other call left without a result. OpenAI answers ``Duplicate 'call_id'`` (earendil-works/pi
+    #9057), and so does DeepSeek's own Responses converter (the oracle). Expected: a 400 naming
+    the repeated item's ``call_id``, and also for a second output of one call (OpenAI's
+    ``Duplicate function_call_output``); nothing reaches the engine and the next request is
+    served."""
+    rm = {"type": "function", "name": "delete_file", "description": "rm", "parameters": {"type": "object"}}
+    same_turn = [
+        {"role": "user", "content": "Weather, then clean up."},
+        _call("call_0", "get_weather", '{"city": "Paris"}'),
+        _call("call_0", "delete_file", '{"path": "/tmp/x"}'),
+        _output("call_0", "sunny"),
+        _output("call_0", "deleted"),
+    ]
+    twice_answered = [
+        {"role": "user", "content": "Weather?"},
+        _call("call_0", "get_weather", '{"city": "Paris"}'),
+        _output("call_0", "sunny"),
+        _output("call_0", "rainy"),
+    ]
+    for items in (same_turn, twice_answered):
+        with pytest.raises(Exception, match="Duplicate") as ei:  # the converter's ConversionError
+            _recipe_prompt({"input": items, "tools": [WEATHER, rm]})
+        assert type(ei.value).__name__ == "ConversionError"
+    tm = PromptTM(tok, reply="Done.")
+    _, tc = make_client(tm)
+    for items, param in ((same_turn, "input[2].call_id"), (twice_answered, "input[3].call_id")):
+        for stream in (False, True):
+            body = {"model": MODEL, "input": items, "tools": [WEATHER, rm], "stream": stream}
+            r = tc.post("/v1/responses", json=body)
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+            assert "Duplicate" in r.json()["error"]["message"]
+    assert tm.received == []
+    post(tc, {"input": same_turn[:2] + [_output("call_0", "sunny")], "tools": [WEATHER]})
+
+
+def test_call_id_reused_by_a_later_turn_is_that_turns_call(tok: PreTrainedTokenizerFast) -> None:
+    """NousResearch/hermes-agent#102629 (and mnfst/llm-gateway#2858): an agent that mints
+    turn-local ids (``terminal:0``) reuses them on later turns; a strict server refused the
+    replayed history with a 400 on every request, bricking the session, and the clients' fix
+    renames each repeat (``terminal:0_dup1``) before sending. Each output directly follows its
+    own call, so the pairing is not ambiguous. Oracle: DeepSeek's own converter and encoder
+    rendering the conversation as that fix sends it (the repeat renamed; call ids do not reach
+    the prompt). Expected: the request as the agent sent it is served, on exactly that prompt."""
+    turns = [
+        {"role": "user", "content": "Weather in Paris?"},
+        _call("terminal:0", "get_weather", '{"city": "Paris"}'),
+        _output("terminal:0", "sunny"),
+        {"role": "assistant", "content": "Sunny in Paris."},
+        {"role": "user", "content": "And Tokyo?"},
+        _call("terminal:0", "get_weather", '{"city": "Tokyo"}'),
+        _output("terminal:0", "rainy"),
+    ]
+    renamed = copy.deepcopy(turns)
+    renamed[5]["call_id"] = renamed[6]["call_id"] = "terminal:0_dup1"
+    tm = PromptTM(tok, reply="Rainy in Tokyo.")
+    _, tc = make_client(tm)
+    resp, _ = post(tc, {"input": turns, "tools": [WEATHER]})
+    assert resp["status"] == "completed"
+    assert _prompt(tok, tm) == _recipe_prompt({"input": renamed, "tools": [WEATHER]})
