@@ -7,7 +7,8 @@ client's own types (:mod:`openai.types.responses`: which fields and values a res
 item and a stream event take), DeepSeek's own Responses converter and V4 encoder
 (``deepseek-recipe``) with the DeepSeek-V4 tokenizer as ``transformers`` loads it (the prompt a
 conversation renders and its length), the limits and rules the reports and OpenAI's API
-reference state, and the text the stream's own deltas carry.
+reference state, the text the stream's own deltas carry, and a one-turn-at-a-time scan (the
+truncation the bisection must match).
 """
 
 from __future__ import annotations
@@ -480,3 +481,49 @@ def test_call_id_reused_by_a_later_turn_is_that_turns_call(tok: PreTrainedTokeni
     resp, _ = post(tc, {"input": turns, "tools": [WEATHER]})
     assert resp["status"] == "completed"
     assert _prompt(tok, tm) == _recipe_prompt({"input": renamed, "tools": [WEATHER]})
+
+
+def test_truncation_bisection_finds_the_fewest_turns_a_linear_scan_finds() -> None:
+    """ogx-ai/ogx#6410 drops the oldest turn group, one at a time, until the request fits; the
+    bisection here must land where that one-at-a-time scan lands. Oracle: the linear scan over
+    the same turn boundaries (a user message after the first non-system one starts a turn;
+    system messages stay), with a prompt length that is the sum of the kept messages' lengths.
+    Expected: for random conversations and contexts, the same kept conversation, or the last
+    turn alone when nothing fits; a tool message never opens what is kept."""
+    import asyncio
+    import random
+
+    from sglang_v4.entrypoints.openai.responses_truncation import fit_to_context
+
+    def size(conv: list[dict[str, Any]]) -> int:
+        """The prompt length of ``conv``: its messages' lengths summed."""
+        return sum(len(m["content"]) for m in conv)
+
+    async def measure(kept: list[dict[str, Any]]) -> tuple[int, list[int]]:
+        return size(kept), [0] * size(kept)
+
+    rng = random.Random(25)
+    for _ in range(300):
+        conv: list[dict[str, Any]] = []
+        if rng.random() < 0.5:
+            conv.append({"role": "system", "content": "s" * rng.randint(1, 9)})
+        for _ in range(rng.randint(1, 7)):
+            conv.append({"role": "user", "content": "u" * rng.randint(1, 30)})
+            for _ in range(rng.randint(0, 2)):
+                conv.append({"role": "assistant", "content": "a" * rng.randint(1, 30)})
+                if rng.random() < 0.5:
+                    conv.append({"role": "tool", "content": "t" * rng.randint(1, 30)})
+            if rng.random() < 0.2:
+                conv.append({"role": "system", "content": "m" * rng.randint(1, 9)})
+        ctx, room = rng.randint(5, size(conv) + 10), rng.choice([None, 1, 4])
+        need = room if room is not None else 1
+
+        # the oracle: drop whole turns one at a time from the oldest
+        first = next(i for i, m in enumerate(conv) if m["role"] != "system")
+        starts = [i for i, m in enumerate(conv) if i > first and m["role"] == "user"]
+        cands = [conv] + [[m for m in conv[:s] if m["role"] == "system"] + conv[s:] for s in starts]
+        want = next((c for c in cands if size(c) + need <= ctx), cands[-1])
+
+        _, got = asyncio.run(fit_to_context(conv, measure, ctx, room))
+        assert got == want
+        assert next(m["role"] for m in got if m["role"] != "system") != "tool"
