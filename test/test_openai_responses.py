@@ -547,7 +547,7 @@ BAD_INPUTS = [
     ({"input": "x", "top_p": "high"}, "top_p"),
     ({"input": "x", "stop": ["\n"]}, "stop"),
     ({"input": "x", "background": True}, "background"),
-    ({"input": "x", "truncation": "auto"}, "truncation"),
+    ({"input": "x", "truncation": "middle"}, "truncation"),
     ({"input": "x", "metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
     ({"input": "x", "previous_response_id": 7}, "previous_response_id"),
 ]  # fmt: skip

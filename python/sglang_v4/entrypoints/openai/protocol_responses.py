@@ -98,6 +98,8 @@ class ResponsesRequest(_Req):
     #: OpenAI and vLLM answer); only the logprobs and ``reasoning.encrypted_content`` ones change
     #: an answer here (the others name outputs of tools this server does not run)
     include: list[ResponseIncludable] | None = None
+    #: ``"auto"``: the oldest turns dropped until the prompt fits the context
+    #: (:mod:`.responses_truncation`); ``"disabled"`` / unset: a prompt over it is a 400
     truncation: Literal["auto", "disabled"] | None = None
     # SGLang / vLLM sampling extras
     top_k: int | None = None

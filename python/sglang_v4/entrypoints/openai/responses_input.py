@@ -12,7 +12,9 @@ chat path, :mod:`.serving_responses`).
   turn (``reasoning_content``, ``content``, ``tool_calls`` with the item's ``call_id`` as the call
   id), as one response's output is one turn; a ``function_call_output`` item is a ``tool`` message
   answering the call of that ``call_id``, which must be one of the calls of the latest assistant
-  turn, and every call must be answered (OpenAI's ``No tool output found for function call``
+  turn and answered once (two calls of one turn under one ``call_id``, or a second output of a
+  call, is a 400: which call an output answers would be a guess; an id a later turn reuses is
+  that turn's), and every call must be answered (OpenAI's ``No tool output found for function call``
   400: :func:`check_calls_answered`). A reasoning item's text is its ``reasoning_text`` content;
   its ``summary`` is checked and not replayed (a summary is a digest of reasoning the other
   server kept, not the model's own text). Its ``encrypted_content`` gives the text when the
@@ -245,6 +247,7 @@ def _input_messages(items: str | Sequence[Any], history: Sequence[Mapping[str, A
     out: list[dict[str, Any]] = []
     turn: dict[str, Any] | None = None  # the assistant turn being built from consecutive items
     last_calls: set[str] = set()
+    answered: set[str] = set()  # the calls of the latest turn that have their output already
     for m in reversed(history):
         if m.get("role") == "assistant":
             last_calls = {c.get("id") for c in m.get("tool_calls") or [] if isinstance(c, Mapping)}
@@ -275,7 +278,7 @@ def _input_messages(items: str | Sequence[Any], history: Sequence[Mapping[str, A
             if role == "assistant":
                 t = assistant_turn(("content", "tool_calls"))
                 t["content"] = text
-                last_calls = set()
+                last_calls, answered = set(), set()
             else:
                 turn = None
                 # a developer item is an instruction: a system message, as on the chat route
@@ -287,7 +290,7 @@ def _input_messages(items: str | Sequence[Any], history: Sequence[Mapping[str, A
             t = assistant_turn(("content", "tool_calls"))
             had = t.get("reasoning_content")
             t["reasoning_content"] = f"{had}\n{text}" if had else text
-            last_calls = set()
+            last_calls, answered = set(), set()
         elif kind in CALL_ITEMS:
             body = "arguments" if kind == "function_call" else "input"
             call_id, name, args = item.get("call_id"), item.get("name"), item.get(body)
@@ -301,7 +304,13 @@ def _input_messages(items: str | Sequence[Any], history: Sequence[Mapping[str, A
                 args = custom_call_arguments(args)
             t = assistant_turn(())
             if not t.get("tool_calls"):
-                last_calls = set()
+                last_calls, answered = set(), set()
+            elif call_id in last_calls:  # two calls of one turn under one id: whose is an output?
+                raise _error(
+                    f"Duplicate 'call_id': {call_id}. {field}.call_id repeats a call of the same "
+                    "assistant turn.",
+                    f"{field}.call_id",
+                )
             t.setdefault("tool_calls", []).append(
                 {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
             )
@@ -319,6 +328,13 @@ def _input_messages(items: str | Sequence[Any], history: Sequence[Mapping[str, A
                     f"{OUTPUT_ITEMS[kind]} of the latest assistant turn.",
                     f"{field}.call_id",
                 )
+            if call_id in answered:
+                raise _error(
+                    f"Duplicate {kind} for call_id '{call_id}'. Each {OUTPUT_ITEMS[kind]} must have "
+                    f"exactly one matching {kind}.",
+                    f"{field}.call_id",
+                )
+            answered.add(call_id)
             if item.get("output") is None:
                 raise _error(
                     f"{field}.output is required: a string or a list of content parts.", f"{field}.output"

@@ -15,6 +15,11 @@ response chain ``previous_response_id`` names, or an earlier item of the same ``
 :func:`check_duplicate_items`): a client that resends an earlier ``function_call`` with its output
 would otherwise have the call twice in the prompt. Items without an ``id`` are never duplicates.
 
+An ``item_reference`` input item (``{"type": "item_reference", "id"}``, OpenAI's reference to an item
+of a stored response) stands for that item, read from the store before anything else
+(:func:`resolve_item_references`); an id no stored response holds is a 404 naming
+``input[i].id``.
+
 The list is OpenAI's cursor page: ``{"object": "list", "data", "first_id", "last_id",
 "has_more"}``; ``order`` ``"desc"`` (default, newest first) or ``"asc"``, ``limit`` 1..100
 (default 20), ``after`` an item id of the list (the page starts after it, in the listing order).
@@ -22,13 +27,20 @@ The list is OpenAI's cursor page: ``{"object": "list", "data", "first_id", "last
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sglang_v4.entrypoints.openai.protocol_responses import new_item_id
 from sglang_v4.entrypoints.openai.request_errors import RequestError
 
-__all__ = ["check_duplicate_items", "input_items_of", "input_items_page", "DEFAULT_LIMIT", "MAX_LIMIT"]
+__all__ = [
+    "check_duplicate_items",
+    "input_items_of",
+    "input_items_page",
+    "resolve_item_references",
+    "DEFAULT_LIMIT",
+    "MAX_LIMIT",
+]
 
 #: OpenAI's ``limit`` default and bound for the input-items list.
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100
@@ -169,3 +181,34 @@ def input_items_page(
         "last_id": data[-1]["id"] if data else None,
         "has_more": start + n < len(listed),
     }
+
+
+def resolve_item_references(
+    items: str | Sequence[Any], find: Callable[[str], dict[str, Any] | None]
+) -> str | list[Any]:
+    """``items`` (a request's ``input``) with each ``item_reference`` item replaced by a copy of
+    the stored item it names (``find``: the store's lookup by item id,
+    :meth:`~.responses_store.ResponseStore.find_item`); other items and a string ``input`` are
+    returned as they are.
+
+    Raises:
+        RequestError: 400 naming ``input[i].id`` for a reference without a non-empty string
+            ``id``; 404 naming it when no stored response holds an item of that id.
+    """
+    if isinstance(items, str) or not any(
+        isinstance(it, Mapping) and it.get("type") == "item_reference" for it in items
+    ):
+        return items if isinstance(items, str) else list(items)
+    out: list[Any] = []
+    for i, item in enumerate(items):
+        if not (isinstance(item, Mapping) and item.get("type") == "item_reference"):
+            out.append(item)
+            continue
+        ref = item.get("id")
+        if not isinstance(ref, str) or not ref:
+            raise RequestError(f"input[{i}].id must be a non-empty string.", param=f"input[{i}].id")
+        found = find(ref)
+        if found is None:
+            raise RequestError(f"Item with id '{ref}' not found.", 404, param=f"input[{i}].id")
+        out.append(dict(found))
+    return out

@@ -1,6 +1,6 @@
 """Bounds of ``/v1/responses`` request fields that the request model does not check: fields of
-features not served (:data:`~.protocol_responses.UNSERVED_RESPONSES_FIELDS`), ``truncation:
-"auto"``, vLLM's non-empty ``cache_salt``, and OpenAI's bounds on ``metadata``, ``text.verbosity``
+features not served (:data:`~.protocol_responses.UNSERVED_RESPONSES_FIELDS`), vLLM's non-empty
+``cache_salt``, and OpenAI's bounds on ``metadata``, ``text.verbosity``
 and ``safety_identifier``, ``service_tier`` outside OpenAI's values, and ``max_output_tokens``
 below :data:`MIN_MAX_OUTPUT_TOKENS` (each a 400 naming the field, in OpenAI's error shape).
 """
@@ -32,7 +32,7 @@ MIN_MAX_OUTPUT_TOKENS = 1
 
 
 def check_responses_request(req: ResponsesRequest) -> None:
-    """Fields refused when set, ``truncation: "auto"``, ``metadata`` bounds, ``text.verbosity``
+    """Fields refused when set, ``metadata`` bounds, ``text.verbosity``
     outside OpenAI's values, a ``safety_identifier`` over OpenAI's length, ``max_output_tokens``
     below :data:`MIN_MAX_OUTPUT_TOKENS` (400 naming the field).
 
@@ -50,11 +50,6 @@ def check_responses_request(req: ResponsesRequest) -> None:
         if value not in (None, False, 0, [], {}):
             raise RequestError(f"{name}: {why}.", param=name)
     served_service_tier(req.service_tier, RESPONSES_SERVICE_TIERS)
-    if req.truncation == "auto":
-        raise RequestError(
-            'truncation: "auto" is not supported (a conversation longer than the context is a 400).',
-            param="truncation",
-        )
     if req.cache_salt == "":  # vLLM's rule, as on the chat route
         raise RequestError(
             "Parameter 'cache_salt' must be a non-empty string if provided.", param="cache_salt"

@@ -97,6 +97,16 @@ class ResponseStore:
             self._entries.move_to_end(response_id)
         return entry
 
+    def find_item(self, item_id: str) -> dict[str, Any] | None:
+        """The stored item whose ``id`` is ``item_id`` (an output item of a stored response, or
+        one of its input items; the newest response first), or ``None``. A scan of the store:
+        what ``item_reference`` input items read, not a hot path."""
+        for entry in reversed(self._entries.values()):
+            for item in [*(entry.response.get("output") or []), *entry.input_items]:
+                if isinstance(item, dict) and item.get("id") == item_id:
+                    return item
+        return None
+
     def delete(self, response_id: str) -> bool:
         """Remove a response; whether it was there."""
         entry = self._entries.pop(response_id, None)

@@ -24,7 +24,10 @@ its ``instructions``) comes before this request's input, so the prompt is that o
 Responses are stored (``store``, default true) in a bounded in-memory store
 (:mod:`.responses_store`), with their input items for ``GET /v1/responses/{id}/input_items``
 (:mod:`.responses_input_items`); an unknown id is a 404 in OpenAI's error shape, a
-``previous_response_id`` that is no response id (no ``resp_`` prefix) a 400.
+``previous_response_id`` that is no response id (no ``resp_`` prefix) a 400. ``item_reference``
+input items are read from that store first (:func:`~.responses_input_items.resolve_item_references`).
+With ``truncation: "auto"`` a conversation longer than the context loses its oldest turns until the
+prompt fits (:mod:`.responses_truncation`); the stored conversation stays whole.
 
 Streaming (``stream: true``) sends OpenAI's event sequence as server-sent events (``event:`` and
 ``data:`` lines, no ``[DONE]``; the per-item events are written by :mod:`.responses_events`), each
@@ -101,15 +104,13 @@ from sglang_v4.entrypoints.openai.responses_input import (
     text_with_response_format,
     tool_namespaces,
 )
-from sglang_v4.entrypoints.openai.responses_input_items import (
-    check_duplicate_items,
-    input_items_of,
-)
+from sglang_v4.entrypoints.openai.responses_input_items import resolve_item_references
 from sglang_v4.entrypoints.openai.responses_reasoning_state import (
     ENCRYPTED_REASONING_INCLUDE,
     encode_reasoning,
 )
 from sglang_v4.entrypoints.openai.responses_request_checks import check_responses_request
+from sglang_v4.entrypoints.openai.responses_truncation import fit_to_context
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
     dp_rank_header_pin,
@@ -151,6 +152,16 @@ def _responses_error(e: RequestError) -> RequestError:
         if param == chat_name:
             param = name
     return RequestError(msg, e.status, e.err_type, param)
+
+
+def _text_echo(text: dict[str, Any] | None) -> dict[str, Any]:
+    """The response's ``text``: the request's ``format`` (``{"type": "text"}`` when unset) and its
+    ``verbosity`` when given (OpenAI's ``ResponseTextConfig`` echoes both, either alone)."""
+    text = text or {}
+    echo: dict[str, Any] = {"format": text.get("format") or {"type": "text"}}
+    if text.get("verbosity") is not None:
+        echo["verbosity"] = text["verbosity"]
+    return echo
 
 
 def _wants_logprobs(req: ResponsesRequest) -> bool:
@@ -210,12 +221,16 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         dp_rank_header_pin(request)  # SGLang's X-Data-Parallel-Rank: rank 0 or a 400
         self._check_model(req.model)
         check_responses_request(req)
+        req.input = resolve_item_references(req.input, self.responses_store.find_item)
         if req.top_logprobs is not None:  # bounded as on the chat route, ``include`` or not (it is echoed)
             check_chat_top_logprobs(req.top_logprobs, True, self._max_logprobs(), self._vocab_size())
         req.text = text_with_response_format(req.text, req.response_format)
         chat_req, messages = self._chat_request_of(req, self._history(req))
         try:
-            run = await self._prepare_chat(chat_req)
+            if req.truncation == "auto":  # the oldest turns dropped until the prompt fits
+                run = await self._prepare_truncated(req, messages)
+            else:
+                run = await self._prepare_chat(chat_req)
         except RequestError as e:
             raise _responses_error(e) from None
         sp = run.obj.sampling_params or {}
@@ -232,7 +247,7 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
             store=req.store,
             temperature=sp.get("temperature", 1.0),
             top_p=sp.get("top_p", 1.0),
-            text=req.text if req.text and req.text.get("format") else {"format": {"type": "text"}},
+            text=_text_echo(req.text),
             tool_choice=req.tool_choice if req.tool_choice is not None else "auto",
             tools=list(req.tools or []),
             top_logprobs=req.top_logprobs,
@@ -241,6 +256,7 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
             user=req.user,
             prompt_cache_key=req.prompt_cache_key,
             safety_identifier=req.safety_identifier,
+            truncation=req.truncation or "disabled",
         )
         custom = frozenset(custom_tool_formats(request_tools(req.tools, req.input)))
         namespaces = tool_namespaces(req.tools, req.input)
@@ -258,57 +274,27 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         resp = self._finished_response(job, out, rets[0].get("meta_info", {}), {})
         return JSONResponse(resp)
 
-    def _history(self, req: ResponsesRequest) -> list[dict[str, Any]]:
-        """The stored chat messages ``req`` continues (:meth:`_previous_messages`), after checking
-        that its ``input`` repeats no item of that chain nor of itself
-        (:func:`~.responses_input_items.check_duplicate_items`: a 400 naming ``input``)."""
-        messages = self._previous_messages(req.previous_response_id)
-        prev = self.responses_store.get(req.previous_response_id) if req.previous_response_id else None
-        if prev is None:
-            check_duplicate_items(req.input)
-        else:
-            check_duplicate_items(req.input, prev.input_items, prev.response.get("output") or [])
-        return messages
+    async def _prepare_truncated(self, req: ResponsesRequest, messages: list[dict[str, Any]]) -> ChatRun:
+        """The engine request of ``req`` under ``truncation: "auto"``: its conversation
+        ``messages`` less the fewest oldest turns that make the prompt fit in the context
+        (:func:`~.responses_truncation.fit_to_context`)."""
 
-    def _previous_messages(self, previous_response_id: str | None) -> list[dict[str, Any]]:
-        """The stored chat messages of ``previous_response_id`` (``[]`` for None).
+        async def measure(kept: list[dict[str, Any]]) -> tuple[ChatRun, list[int] | None]:
+            run = await self._prepare_chat(self._chat_request_of(req, [], kept)[0])
+            return run, run.prompt_ids
 
-        Raises:
-            RequestError: 400 (``param="previous_response_id"``) when it is not a response id at
-                all (no ``resp_`` prefix: OpenAI's and SGLang's answer to a malformed id), 404 when
-                it is one but no stored response has it.
-        """
-        if previous_response_id is None:
-            return []
-        if not previous_response_id.startswith("resp_"):
-            raise RequestError(
-                f"Invalid 'previous_response_id': '{previous_response_id}'. "
-                "Expected an ID that begins with 'resp_'.",
-                400,
-                param="previous_response_id",
-            )
-        prev = self.responses_store.get(previous_response_id)
-        if prev is None:
-            raise RequestError(
-                f"Previous response with id '{previous_response_id}' not found.",
-                404,
-                param="previous_response_id",
-            )
-        return prev.messages
-
-    def _input_items(self, req: ResponsesRequest) -> list[dict[str, Any]]:
-        """The input items stored with the response of ``req`` (its whole context: those of the
-        previous response, that response's output, then ``req.input``)."""
-        prev = self.responses_store.get(req.previous_response_id) if req.previous_response_id else None
-        if prev is None:
-            return input_items_of(req.input)
-        return input_items_of(req.input, prev.input_items, prev.response.get("output") or [])
+        run, _ = await fit_to_context(messages, measure, self._context_len(), req.max_output_tokens)
+        return run
 
     def _chat_request_of(
-        self, req: ResponsesRequest, history: list[dict[str, Any]]
+        self,
+        req: ResponsesRequest,
+        history: list[dict[str, Any]],
+        conversation: list[dict[str, Any]] | None = None,
     ) -> tuple[ChatCompletionRequest, list[dict[str, Any]]]:
         """The chat request of ``req`` after ``history`` (a stored conversation), and the
-        conversation it runs (history + input, without ``instructions``).
+        conversation it runs (history + input, without ``instructions``); ``conversation``, when
+        given, is run instead (one already read from ``req``, cut by ``truncation: "auto"``).
 
         Raises:
             RequestError: 400 naming the Responses field.
@@ -319,7 +305,8 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
             for o in (prev.response.get("output") or [] if prev is not None else [])
             if isinstance(o, dict) and o.get("status") == "incomplete"
         ]
-        conversation = list(history) + input_to_messages(req.input, history, unfinished=unfinished)
+        if conversation is None:
+            conversation = list(history) + input_to_messages(req.input, history, unfinished=unfinished)
         if not conversation:
             raise RequestError("input must contain at least one item.", param="input")
         thinking, effort = reasoning_switch(req.reasoning, self.reasoning_effort_profile)

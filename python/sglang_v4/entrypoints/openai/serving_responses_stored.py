@@ -1,8 +1,9 @@
 """The stored-response routes of OpenAI's Responses API: ``GET`` / ``DELETE /v1/responses/{id}``,
 ``GET /v1/responses/{id}/input_items`` and ``POST /v1/responses/{id}/cancel``, over the server's
 in-memory store of responses (:mod:`.responses_store`, filled by ``POST /v1/responses``:
-:mod:`.serving_responses`). An unknown id is a 404 in OpenAI's error shape (``param:
-"response_id"``); cancelling a stored response, or streaming it (``GET ...?stream=true``, OpenAI's
+:mod:`.serving_responses`). The conversation a request continues (``previous_response_id``) and the
+input items stored with its response are read here too. An unknown id is a 404 in OpenAI's error
+shape (``param: "response_id"``); cancelling a stored response, or streaming it (``GET ...?stream=true``, OpenAI's
 resumable stream of a background response), is a 400, since no response runs in the background.
 """
 
@@ -14,7 +15,12 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from sglang_v4.entrypoints.openai.responses_input_items import input_items_page
+from sglang_v4.entrypoints.openai.protocol_responses import ResponsesRequest
+from sglang_v4.entrypoints.openai.responses_input_items import (
+    check_duplicate_items,
+    input_items_of,
+    input_items_page,
+)
 from sglang_v4.entrypoints.openai.responses_store import ResponseStore
 from sglang_v4.entrypoints.openai.serving_base import RequestError, error_response
 
@@ -35,6 +41,52 @@ class StoredResponsesMixin:
         if self._responses_store is None:
             self._responses_store = ResponseStore()
         return self._responses_store
+
+    def _history(self, req: ResponsesRequest) -> list[dict[str, Any]]:
+        """The stored chat messages ``req`` continues (:meth:`_previous_messages`), after checking
+        that its ``input`` repeats no item of that chain nor of itself
+        (:func:`~.responses_input_items.check_duplicate_items`: a 400 naming ``input``)."""
+        messages = self._previous_messages(req.previous_response_id)
+        prev = self.responses_store.get(req.previous_response_id) if req.previous_response_id else None
+        if prev is None:
+            check_duplicate_items(req.input)
+        else:
+            check_duplicate_items(req.input, prev.input_items, prev.response.get("output") or [])
+        return messages
+
+    def _previous_messages(self, previous_response_id: str | None) -> list[dict[str, Any]]:
+        """The stored chat messages of ``previous_response_id`` (``[]`` for None).
+
+        Raises:
+            RequestError: 400 (``param="previous_response_id"``) when it is not a response id at
+                all (no ``resp_`` prefix: OpenAI's and SGLang's answer to a malformed id), 404 when
+                it is one but no stored response has it.
+        """
+        if previous_response_id is None:
+            return []
+        if not previous_response_id.startswith("resp_"):
+            raise RequestError(
+                f"Invalid 'previous_response_id': '{previous_response_id}'. "
+                "Expected an ID that begins with 'resp_'.",
+                400,
+                param="previous_response_id",
+            )
+        prev = self.responses_store.get(previous_response_id)
+        if prev is None:
+            raise RequestError(
+                f"Previous response with id '{previous_response_id}' not found.",
+                404,
+                param="previous_response_id",
+            )
+        return prev.messages
+
+    def _input_items(self, req: ResponsesRequest) -> list[dict[str, Any]]:
+        """The input items stored with the response of ``req`` (its whole context: those of the
+        previous response, that response's output, then ``req.input``)."""
+        prev = self.responses_store.get(req.previous_response_id) if req.previous_response_id else None
+        if prev is None:
+            return input_items_of(req.input)
+        return input_items_of(req.input, prev.input_items, prev.response.get("output") or [])
 
     def _stored(self, request: Request, response_id: str) -> Any:
         """The stored entry of ``response_id``, or the ``Response`` to answer instead: the auth

@@ -4,19 +4,25 @@ The body takes the prompt fields of ``POST /v1/responses`` (``input``, ``instruc
 ``tools``, ``tool_choice``, ``text``, ``reasoning``, ``previous_response_id``, SGLang's
 ``chat_template_kwargs``), checked as that route checks them, and the answer is
 ``{"object": "response.input_tokens", "input_tokens": N}`` with N the token count of the prompt a
-``/v1/responses`` call with those fields runs on: its ``usage.input_tokens``. Nothing is generated
+``/v1/responses`` call with those fields runs on: its ``usage.input_tokens`` (with ``truncation:
+"auto"``, that of the conversation cut to fit the context, :mod:`.responses_truncation`). Nothing is generated
 or stored. Errors are the Responses route's (400 naming the field, 404 for an unknown model or
 ``previous_response_id``).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
 from sglang_v4.entrypoints.openai.protocol_responses import ResponsesInputTokens, ResponsesInputTokensRequest
 from sglang_v4.entrypoints.openai.responses_input import text_with_response_format
+from sglang_v4.entrypoints.openai.responses_input_items import resolve_item_references
 from sglang_v4.entrypoints.openai.responses_request_checks import check_responses_request
+from sglang_v4.entrypoints.openai.responses_truncation import fit_to_context
 from sglang_v4.entrypoints.openai.serving_base import RequestError, read_json_object, validate_request
 from sglang_v4.entrypoints.openai.serving_responses import ResponsesMixin, _responses_error
 from sglang_v4.prompt_tokens import encode_with_plain_spans
@@ -38,11 +44,23 @@ class ResponsesInputTokensMixin(ResponsesMixin):
         )
         self._check_model(req.model)
         check_responses_request(req)
+        req.input = resolve_item_references(req.input, self.responses_store.find_item)
         req.text = text_with_response_format(req.text, req.response_format)
-        chat_req, _ = self._chat_request_of(req, self._history(req))
+        chat_req, messages = self._chat_request_of(req, self._history(req))
+
+        async def encode(chat: ChatCompletionRequest) -> list[int]:
+            plan = self._plan_chat(chat)
+            return await run_blocking(encode_with_plain_spans, self.tokenizer, plan.prompt, plan.plain_spans)
+
+        async def measure(kept: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+            ids = await encode(self._chat_request_of(req, [], kept)[0])
+            return ids, ids
+
         try:
-            plan = self._plan_chat(chat_req)
+            if req.truncation == "auto":  # the count of the prompt the response would run on
+                ids, _ = await fit_to_context(messages, measure, self._context_len(), req.max_output_tokens)
+            else:
+                ids = await encode(chat_req)
         except RequestError as e:
             raise _responses_error(e) from None
-        ids = await run_blocking(encode_with_plain_spans, self.tokenizer, plan.prompt, plan.plain_spans)
         return JSONResponse(ResponsesInputTokens(input_tokens=len(ids)).model_dump())
