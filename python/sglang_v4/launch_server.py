@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import TYPE_CHECKING, NoReturn
 
@@ -40,6 +41,23 @@ def flag_error_message(parser: argparse.ArgumentParser, message: str) -> str:
         if action.dest == field and action.option_strings:
             return f"argument {action.option_strings[0]}: {message}"
     return message
+
+
+def swallowed_model_path(model_path: str | None, served_model_name: list[str] | None) -> str | None:
+    """The model directory that ``--served-model-name`` took as a name, or ``None``.
+
+    ``--served-model-name`` takes one or more names (vLLM's form), so ``--served-model-name ASR
+    /models/My-Model`` without ``--model-path`` makes ``/models/My-Model`` a second name and
+    would serve the embedded default model under both names. A later name that is an existing
+    directory, with no ``--model-path`` given, is that mistake: returned so the caller refuses the
+    command line. A first name, or any name with ``--model-path`` set, is taken as a name.
+    """
+    if model_path is not None or not served_model_name:
+        return None
+    for name in served_model_name[1:]:
+        if os.path.isdir(name):
+            return name
+    return None
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -157,6 +175,13 @@ def _main(argv: list[str] | None, stop: StopSignal) -> int:
     except ValueError as e:
         parser.exit(2, f"{parser.prog}: error: argument {e}\n")
     args = parser.parse_args(argv)
+    swallowed = swallowed_model_path(args.model_path, args.served_model_name)
+    if swallowed is not None:
+        parser.exit(
+            2,
+            f"{parser.prog}: error: argument --served-model-name: {swallowed!r} is a directory, taken "
+            f"as a served name, and --model-path is not set; to serve it pass --model-path {swallowed}\n",
+        )
     configure_logging(args.log_level)
     log = logging.getLogger("sglang_v4.launch_server")
     try:
