@@ -2,8 +2,8 @@
 without tools: request parameters as OpenAI clients send them (``stop`` as a string or a list,
 ``max_completion_tokens`` next to ``max_tokens``, ``response_format: {"type": "text"}``,
 ``top_logprobs`` bounds, ``logit_bias``, ``stream_options``, ``store`` / ``metadata``,
-``modalities`` / ``audio``), a replayed assistant ``refusal``, non-text content parts (image, audio) on a text-only model, and the
-thinking switch sent as ``chat_template_kwargs``.
+``modalities`` / ``audio``), a replayed assistant ``refusal``, non-text content parts (image,
+audio) on a text-only model, and the thinking switch sent as ``chat_template_kwargs``.
 
 Fixed here: ``modalities: ["audio"]`` (or ``["text", "audio"]``, or an ``audio`` output object)
 was answered 200 with text alone, the audio request silently dropped; it is a 400 naming the
