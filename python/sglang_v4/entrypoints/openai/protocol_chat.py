@@ -69,6 +69,11 @@ class ChatMessageParam(_Req):
     a blank line) and taken out of ``content``; given beside a different ``reasoning_content``, a
     ``ValueError``. In other roles such a part is refused as any non-text part is.
 
+    An assistant message's ``refusal`` (OpenAI's ``ChatCompletionAssistantMessageParam`` field; a
+    client replaying a refused answer sends ``content: null`` with it) is the turn's text, as a
+    ``refusal`` content part is: it follows the message's text content (after a blank line) or,
+    alone, is the content. Dropped, the turn rendered empty and the model lost its own answer.
+
     ``role`` is read case-insensitively (``"SYSTEM"``, ``"Assistant"``, ``"USER"``: clients such as
     Spring AI send enum names), as SGLang reads it since sgl-project/sglang#7499; any other value is
     a 400 naming ``messages.N.role``.
@@ -84,6 +89,7 @@ class ChatMessageParam(_Req):
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
     prefix: bool = False
+    refusal: str | None = None
 
     @field_validator("role", mode="before")
     @classmethod
@@ -123,6 +129,22 @@ class ChatMessageParam(_Req):
             )
         self.reasoning_content = text
         self.content = rest or None
+        return self
+
+    @model_validator(mode="after")
+    def _refusal_text(self) -> ChatMessageParam:
+        if self.role != "assistant" or not self.refusal:
+            return self
+        if not self.content:
+            self.content = self.refusal
+        elif isinstance(self.content, str):
+            self.content = [
+                {"type": "text", "text": self.content},
+                {"type": "refusal", "refusal": self.refusal},
+            ]
+        else:
+            self.content = [*self.content, {"type": "refusal", "refusal": self.refusal}]
+        self.refusal = None  # read into content once (the model may be validated again)
         return self
 
 
@@ -185,6 +207,10 @@ class ChatCompletionRequest(_SamplingExtras, VllmChatFields):
     temperature: float | None = None
     top_p: float | None = None
     user: str | None = None
+    #: OpenAI's output types and audio-output settings: only ``["text"]`` is served, anything
+    #: else is a 400 (:mod:`.output_modalities`)
+    modalities: list[str] | None = None
+    audio: dict[str, Any] | None = None
     #: OpenAI's processing tier: any of its values is served with ``default``, the one tier here,
     #: which the response names (:mod:`.service_tier`); another value is a 400
     service_tier: Any = None

@@ -86,6 +86,7 @@ from sglang_v4.entrypoints.openai.logprob_limits import (
     logprob_volume_error,
     logprob_volume_field,
 )
+from sglang_v4.entrypoints.openai.output_modalities import check_output_modalities
 from sglang_v4.entrypoints.openai.prompt_logprobs import (
     check_prompt_logprobs,
     prompt_logprobs_engine_fields,
@@ -313,6 +314,7 @@ class ChatMixin(ChatStreamMixin):
         self._check_model(req.model)
         # any tier OpenAI names is served with the one tier here, which the answer names
         req.service_tier = served_service_tier(req.service_tier, CHAT_SERVICE_TIERS)
+        check_output_modalities(req.modalities, req.audio)  # text is the one output type
         # OpenAI's allowed_tools choice: the tools cut to the allowed ones, its mode the choice
         req.tools, req.tool_choice = chat_allowed_tools(req.tool_choice, req.tools)
         req._custom_tools = lower_custom_tools(req)  # custom tools served as function tools
