@@ -8,6 +8,20 @@ RobTand/prismaquant#26), transformers (``DeepseekV4ForCausalLM.from_pretrained``
 ``DeepseekV4RotaryEmbedding``, ``AutoConfig``, ``AutoTokenizer``, ``GenerationConfig``), SGLang
 0.5.23's own ``ModelConfig._get_hf_eos_token_id`` (its source, from the installed package), or the
 value the report states.
+
+No report here showed a fault in this runtime; every test is a regression guard: FP8 blocks with
+partial edges (vllm-project/compressed-tensors#547) and a block extent read from
+``weight_block_size``, not derived from the shapes (NVIDIA/TensorRT-Model-Connect#1115); ue8m0
+scale bytes read as exponents whether stored as ``float8_e8m0fnu`` or ``uint8``
+(JustVugg/colibri#779, sgl-project/sglang#38446) and held as values in the runtime's float32
+scales (vllm-project/vllm#51946); FP4 nibbles in linear order (RobTand/prismaquant#26,
+kekzl/imp#567); FP4 experts kept packed under a model-wide FP8 config
+(lightseekorg/tokenspeed#1095); an unsupported ``quant_method`` refused by name
+(vllm-project/vllm#45568); no pickle loaded and no look-alike file taken for safetensors
+(huggingface/transformers#31649, #26729); a checkpoint deeper than its config
+(ml-explore/mlx#3214) and a declared MTP layer without tensors (ggml-org/llama.cpp#26942); stop
+ids as a union of the config files and the tokenizer (Blaizzy/mlx-vlm#1501, ml-explore/mlx-lm#1414);
+YaRN's attention factor from ``mscale`` / ``mscale_all_dim`` (sgl-project/sglang#22711).
 """
 
 from __future__ import annotations
