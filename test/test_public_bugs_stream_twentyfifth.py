@@ -6,13 +6,16 @@ Fixed here: a thinking-mode generation that ended while its reasoning was still 
 ``reasoning_content`` deltas and then again, whole, as ``content`` at the finish (the Responses
 stream likewise: reasoning deltas, then the same text as a message), while the non-streamed answer
 had it as ``content`` only. A stream cannot take back what it sent, so such a reasoning now stays
-reasoning everywhere, streamed or not (chat, Responses and Messages alike), as SGLang's and vLLM's
-DeepSeek detectors read it; one cut by ``max_tokens`` already did.
+reasoning everywhere, streamed or not (chat, Responses and Messages alike), as DeepSeek's own
+response parser and SGLang's and vLLM's DeepSeek detectors read it; one cut by ``max_tokens``
+already did. The other reports passed as they were; their tests are regression guards.
 
 Fixtures: the OpenAI and Anthropic routers in process over fake tokenizer managers
-(``chat_tools_testutil.ChunkTM``: several tokens an output, EOS / ``max_tokens`` finishes).
-Oracles: the same request not streamed, the ``openai`` / ``anthropic`` clients' own types, and
-the reports' stated expected values.
+(``chat_tools_testutil.ChunkTM``: several tokens an output, EOS / ``max_tokens`` finishes;
+``CharTM``: one character an output).
+Oracles: the same request not streamed, DeepSeek's response parser (``deepseek-recipe``), the
+tokenizer's decode, the ``openai`` client's chunk types and stream accumulator, and the
+reports' stated expected values.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ without the server's API key (``x-api-key: KEY``, Anthropic's header, or ``Autho
 KEY``), 404 ``not_found_error`` for another model name. A client that goes away aborts its
 request, streamed or not, as on the chat route.
 
-With ``thinking`` on, a generation that stops without closing its reasoning (no ``</think>``)
+With ``thinking`` on, a generation that ends without closing its reasoning (no ``</think>``)
 is a message with that reasoning as its ``thinking`` block and no ``text`` block, streamed or
-not (DeepSeek's own Messages converter reads it so; the chat route reads it as the answer).
+not (DeepSeek's own Messages converter reads it so, as the chat route does).
 
 With ``--sse-keep-alive-interval`` a silent stream sends Anthropic's ``ping`` event, not the SSE
 comment of the other routes: Anthropic clients (Claude Code's stall watchdog) count events only.
