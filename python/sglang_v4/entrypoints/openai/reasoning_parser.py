@@ -27,8 +27,8 @@ chunks. The parsers, by SGLang's names (:data:`REASONING_PARSERS`):
   already ended (seen from DeepSeek-V4-Flash: vLLM #45862, llama.cpp #25891). A generation that
   ends without ever writing ``</think>`` (stopped by EOS or a stop token, or cut by
   ``max_tokens``; stop strings match only after ``</think>``, :func:`stops_after_reasoning`) is
-  reasoning throughout, as SGLang's and vLLM's DeepSeek detectors and DeepSeek's own Messages
-  converter read it: a stream has sent that text as reasoning deltas before the finish says how
+  reasoning throughout, as SGLang's and vLLM's DeepSeek detectors and DeepSeek's own response
+  parsers (``deepseek-recipe``, chat and Messages) read it: a stream has sent that text as reasoning deltas before the finish says how
   the generation ended, and cannot take them back, so the non-streamed answer reads it the same
   way (a stream never carries the text twice, once as reasoning and again as content; the
   answer-in-``content`` reading asked for in vLLM #48645 would need exactly that).
