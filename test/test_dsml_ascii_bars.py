@@ -168,10 +168,7 @@ def _read(text: str, thinking: bool, step: int | None) -> tuple[str, str, list[t
         reasoning += scrub.feed(r)
         answer(c, False)
     if rp is not None:
-        r, c = rp.flush()
-        if rp.in_reasoning:  # stopped without an end: the text is the answer
-            r, c = "", reasoning + r
-            reasoning = ""
+        r, c = rp.flush()  # stopped without an end: the text stays reasoning
         reasoning += scrub.feed(r) + scrub.finish()
         answer(c, False)
     answer("", True)
@@ -235,7 +232,8 @@ def test_prose_mentioning_ascii_marker_stays_content(step: int | None) -> None:
     assert _read(_ascii(prose), False, step) == oracle
     for text in ("| a |DSML| b |", "Done. <|DSML", "Done. </|DSM", "a <| b", "x <|DSML b"):
         assert _read(text, False, step) == ("", text, [], False)
-        assert _read(text, True, step) == ("", text, [], False)  # thinking, stopped: the answer
+        # thinking, stopped without an end: the reasoning, kept as written
+        assert _read(text, True, step) == (text, "", [], False)
 
 
 @pytest.mark.parametrize("step", [None, 1])

@@ -259,8 +259,7 @@ def test_reasoning_implicit_end_at_a_tool_block_every_split() -> None:
 
 def test_unterminated_reasoning_rule() -> None:
     assert split_reasoning("Hello there.") == ("Hello there.", "")
-    assert split_reasoning("Hello there.", unterminated_is_content=True) == (None, "Hello there.")
-    assert split_reasoning("a</think>b", unterminated_is_content=True) == ("a", "b")
+    assert split_reasoning("a</think>b") == ("a", "b")
 
 
 @pytest.mark.parametrize("thinking", [False, True])

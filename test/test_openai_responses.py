@@ -201,27 +201,27 @@ def test_thinking_token_budget_reaches_the_engine_as_on_chat(tok: PreTrainedToke
     assert r.status_code == 400 and r.json()["error"]["param"] == "thinking_token_budget", r.text
 
 
-def test_unclosed_reasoning_that_stops_is_the_answer_streamed_or_not(tok: PreTrainedTokenizerFast) -> None:
-    """A thinking-mode reply that stops without ``</think>`` is the answer (chat's rule): the
-    response is one message with chat's content; streamed, the text went out as reasoning first,
-    and the final response (``response.completed``, the stored one) is the non-streamed one."""
+def test_unclosed_reasoning_that_stops_stays_reasoning_streamed_or_not(tok: PreTrainedTokenizerFast) -> None:
+    """A thinking-mode reply that stops without ``</think>`` stays reasoning (chat's rule): the
+    response is one reasoning item with chat's ``reasoning_content``; streamed, the text goes out
+    as reasoning once, and the final response (``response.completed``, the stored one) is the
+    non-streamed one."""
     tm = PromptTM(tok, "Just the answer.")
     client, tc = make_client(tm)
     want = chat(
         client, [{"role": "user", "content": "Q"}], extra_body={"chat_template_kwargs": {"thinking": True}}
     )
-    assert want.choices[0].message.content == "Just the answer."
+    assert want.choices[0].message.model_extra["reasoning_content"] == "Just the answer."
     body, events = post(tc, {"input": "Q", "reasoning": {"effort": "high"}})
-    assert [(o["type"], o["content"][0]["text"]) for o in body["output"]] == [("message", "Just the answer.")]
+    assert [(o["type"], o["content"][0]["text"]) for o in body["output"]] == [
+        ("reasoning", "Just the answer.")
+    ]
     final = events[-1]["response"]
     assert [(o["type"], o["content"][0]["text"]) for o in final["output"]] == [
-        ("message", "Just the answer.")
+        ("reasoning", "Just the answer.")
     ]
-    assert [(i["type"], i["text"]) for i in streamed_items(events)] == [
-        ("reasoning", "Just the answer."),
-        ("message", "Just the answer."),
-    ]
-    assert client.responses.retrieve(final["id"]).output_text == "Just the answer."
+    assert [(i["type"], i["text"]) for i in streamed_items(events)] == [("reasoning", "Just the answer.")]
+    assert client.responses.retrieve(final["id"]).output_text == ""
 
 
 def test_call_stopped_inside_its_invoke_streamed_or_not(tok: PreTrainedTokenizerFast) -> None:

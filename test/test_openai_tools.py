@@ -187,11 +187,11 @@ def test_thinking_with_tools(tok: PreTrainedTokenizerFast) -> None:
         assert json.loads(s["calls"][0]["arguments"]) == ARGS and s["finish"] == "tool_calls"
 
 
-def test_unterminated_reasoning_lands_by_finish_reason(tok: PreTrainedTokenizerFast) -> None:
-    """Thinking mode, no ``</think>`` ever: a generation that stopped was the answer (content);
-    one cut by max_tokens is reasoning that ran out of budget (reasoning_content). The stopped
-    case is vllm-project/vllm#48645 (its example reply; expected: the answer in ``content``,
-    ``reasoning_content`` empty, no EOS in either), streamed and not."""
+def test_unterminated_reasoning_stays_reasoning(tok: PreTrainedTokenizerFast) -> None:
+    """Thinking mode, no ``</think>`` ever: the text is ``reasoning_content`` whether the
+    generation stopped (vllm-project/vllm#48645's example reply, no EOS in either field) or was
+    cut by max_tokens, streamed (with or without ``stream_reasoning``) and not, and never sent
+    twice (:mod:`sglang_v4.entrypoints.openai.reasoning_parser`)."""
     answer = "Good morning! How can I help?"
     tm = ScriptedTM(tok, answer + EOS)
     client, _ = client_for(tm)
@@ -199,13 +199,14 @@ def test_unterminated_reasoning_lands_by_finish_reason(tok: PreTrainedTokenizerF
     msgs = [{"role": "user", "content": "Hi"}]
     r = client.chat.completions.create(model="m", messages=msgs, extra_body=think)
     m = r.choices[0].message
-    assert (m.content, m.model_extra.get("reasoning_content")) == (answer, None)
-    assert r.usage.model_extra["reasoning_tokens"] == 0
+    assert (m.content, m.model_extra.get("reasoning_content")) == ("", answer)
+    n_ids = len(tok.encode(answer + EOS, add_special_tokens=False))
+    assert r.usage.model_extra["reasoning_tokens"] == n_ids
     s = accumulate(client.chat.completions.create(model="m", messages=msgs, extra_body=think, stream=True))
-    assert s["content"] == answer and s["finish"] == "stop"
+    assert (s["content"], s["reasoning"], s["finish"]) == ("", answer, "stop")
     quiet = dict(think, stream_reasoning=False)
     s = accumulate(client.chat.completions.create(model="m", messages=msgs, extra_body=quiet, stream=True))
-    assert (s["content"], s["reasoning"]) == (answer, "")
+    assert (s["content"], s["reasoning"]) == ("", answer)
     cut = client.chat.completions.create(model="m", messages=msgs, extra_body=think, max_tokens=3)
     head = tok.decode(tok.encode(answer, add_special_tokens=False)[:3])
     assert (cut.choices[0].message.content, cut.choices[0].message.model_extra["reasoning_content"]) == (

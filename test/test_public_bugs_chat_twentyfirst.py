@@ -118,7 +118,8 @@ def test_sglang_3579_conversation_of_one_assistant_message(
     """sgl-project/sglang#3579: ``messages`` holding only an assistant message was a 500 (the
     chat template raised). Expected: HTTP 200 and the answer; in chat mode the prompt DeepSeek's
     own encoder renders for it (the assistant turn opened and closed, then a new assistant turn
-    opened for the answer). In thinking mode only the turn's text and the generation prompt are
+    opened for the answer; in thinking mode the fake reply, which never closes its reasoning, is the
+    ``reasoning_content``). In thinking mode only the turn's text and the generation prompt are
     checked: the reference encoder keeps the reasoning of an assistant turn after the last user
     turn (there is none here), which the ``deepseek-recipe`` converter drops."""
     body = {"messages": [{"role": "assistant", "content": "Hello, who are you?"}]}
@@ -129,7 +130,10 @@ def test_sglang_3579_conversation_of_one_assistant_message(
         assert got == recipe_prompt(body, thinking, effort="low" if thinking else None)
     r = _post(tok, {**body, "chat_template_kwargs": {"thinking": thinking}})
     assert r.status_code == 200, r.text
-    assert ChatCompletion.model_validate(r.json()).choices[0].message.content == REPLY
+    msg = ChatCompletion.model_validate(r.json()).choices[0].message
+    # the fake reply writes no ``</think>``: in thinking mode all of it is the reasoning
+    got_text = (msg.model_extra or {}).get("reasoning_content") if thinking else msg.content
+    assert got_text == REPLY
 
 
 # --------------------------------------------------------------------------- echo

@@ -291,7 +291,7 @@ def test_reasoning_item_with_an_empty_summary_is_replayed(tok: PreTrainedTokeniz
     replay = [o.model_dump(exclude_none=True) for o in first.output]
     assert replay[0]["summary"] == []
     call = next(o for o in first.output if o.type == "function_call")
-    tm.reply = "Sunny."
+    tm.reply = "</think>Sunny."  # the answer after an empty reasoning
     body2 = {
         **body,
         "input": [

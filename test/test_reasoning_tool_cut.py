@@ -10,8 +10,8 @@ Decision checked here (see :mod:`sglang_v4.entrypoints.openai.reasoning_parser`)
 format has no tool-call block inside the reasoning (the reasoning ends with ``</think>`` before
 any call), so the reasoning ends only at a *complete* ``</think>`` or, the tolerated deviation, a
 *complete* block start. Text that ends the output while still reasoning -- the first characters
-of either marker included -- is reasoning when the generation was cut by ``max_tokens``, and the
-answer (``content``, where the tool parser drops a trailing partial block start) when it stopped.
+of either marker included -- is reasoning, whether the generation was cut by ``max_tokens`` or
+stopped.
 """
 
 from __future__ import annotations
@@ -190,18 +190,14 @@ def test_cut_by_max_tokens_at_every_character(tok: PreTrainedTokenizerFast) -> N
 def test_stopped_while_reasoning_at_every_character(
     tok: PreTrainedTokenizerFast, stream_reasoning: bool
 ) -> None:
-    """Stopped (EOS) before the reasoning ended: the text was the answer, in ``content``, with a
-    trailing partial block start dropped (with the newlines before it) once it holds the
-    ``<｜DSML｜`` marker, and kept as text before that (a stopped generation opens no block: a
-    literal ``"<"`` is text), as DeepSeek's response parser (``deepseek-recipe``) reads it,
-    streamed and not. The
-    streamed reasoning deltas were sent before the stop was known (``stream_reasoning``); they are
-    the text as generated, the partial marker included up to the ``｜DSML｜`` token (a DSML tag is
-    never reasoning text), and nothing when reasoning is not streamed. Stopped inside the block
-    before its invoke closed, the call was not made: the block is dropped, never a call with half-written arguments
-    (vllm-project/vllm#42210), streamed and not; streamed, the call's id, name and argument
-    fragments went out once its invoke tag was complete, and stay in what the client folds (the
-    one documented difference)."""
+    """Stopped (EOS) before the reasoning ended: the text stays reasoning, as when cut by
+    ``max_tokens`` (a partial marker is reasoning text; an unfinished DSML tag is not), the same
+    streamed -- with or without ``stream_reasoning`` -- and not, as DeepSeek's response parser
+    (``deepseek-recipe``) reads it; nothing is in ``content``, so no text is sent twice. Stopped
+    inside the block before its invoke closed, the call was not made: the block is dropped, never
+    a call with half-written arguments (vllm-project/vllm#42210), streamed and not; streamed, the
+    call's id, name and argument fragments went out once its invoke tag was complete, and stay in
+    what the client folds (the one documented difference)."""
     text = INSIDE
     tc = _app_client(CharTM(tok, text, "stop"))
     ws_at, start_at = len(REASONING), len(REASONING) + 2
@@ -214,14 +210,9 @@ def test_stopped_while_reasoning_at_every_character(
         # stopped after the invoke closed (the block's closing tag may still be missing): a call
         closed_at = text.index(f"</{D}invoke>") + len(f"</{D}invoke>")
         assert ns["finish"] == s["finish"] == ("tool_calls" if k >= closed_at else "stop"), k
-        if k < end:
-            if k - start_at >= len(f"<{D}"):  # ends with a block start's DSML marker
-                # dropped with the newlines before it (the separator); a space there is text
-                answer = text[:ws_at].rstrip("\n")
-            else:  # a stopped generation opens no block: a trailing "<", "<｜DSM" ... is text
-                answer = text[:k]
-            assert (ns["reasoning"], ns["content"]) == ("", answer), k
-            assert s["reasoning"] == (_without_dsml_tail(text[:k]) if stream_reasoning else ""), k
+        if k < end:  # still reasoning: an unfinished DSML tag (the token written) is not its text
+            assert (ns["reasoning"], ns["content"]) == (_without_dsml_tail(text[:k]), ""), k
+            assert s["reasoning"] == ns["reasoning"], k
         else:  # stopped inside the block before its invoke closed: the block is dropped
             assert ns["reasoning"] == s["reasoning"] == text[:ws_at], k
             assert ns["content"] == "", k

@@ -349,7 +349,7 @@ def test_deepseek_r1_detector_force_reasoning(text: str, reasoning: str, content
     starts inside the reasoning (chat mode too), so a text without ``</think>`` is all reasoning;
     a leading ``<think>`` is dropped. The split is the same fed one character at a time."""
     spec = reasoning_spec("deepseek-r1", thinking=False)
-    assert spec.separate and not spec.unterminated_stop_is_content
+    assert spec.separate
     assert split_reasoning(text) == (reasoning or None, content)
     p, r_all, c_all = ReasoningParser(), "", ""
     for ch in text:
@@ -389,14 +389,10 @@ def test_chat_mode_parsers_leave_text_alone_thinking_mode_splits(parser: str) ->
     """sgl-project/sglang:test/registered/unit/parser/test_reasoning_parser.py::TestQwen3Detector
     (test_detect_and_parse_without_thinking / _qwen3_format; SGLang runs that detector for
     ``deepseek-v3``): outside thinking mode the output is not split; in thinking mode the first
-    ``</think>`` ends the reasoning. Without ``</think>``, ``deepseek-v3`` keeps a finished text as
-    reasoning and ``deepseek-v4`` (``unterminated_stop_is_content``) reads a stopped one as the
-    answer."""
+    ``</think>`` ends the reasoning. Without ``</think>`` both keep a finished text as reasoning
+    (SGLang's detectors do)."""
     assert not reasoning_spec(parser, thinking=False).separate
     spec = reasoning_spec(parser, thinking=True)
     assert spec.separate
     assert split_reasoning("Let me think</think>The answer is 42.") == ("Let me think", "The answer is 42.")
-    unterminated = split_reasoning(
-        "Direct answer.", unterminated_is_content=spec.unterminated_stop_is_content
-    )
-    assert unterminated == ((None, "Direct answer.") if parser == "deepseek-v4" else ("Direct answer.", ""))
+    assert split_reasoning("Direct answer.", spec.implicit_end) == ("Direct answer.", "")

@@ -442,7 +442,7 @@ def test_tool_block_ends_unterminated_reasoning() -> None:
     )
     text = f"Let me search.\n\n{block}"
     spec = reasoning_spec("deepseek-v4", thinking=True, tool_block_start=TC_START)
-    reasoning, content = split_reasoning(text, spec.implicit_end, spec.unterminated_stop_is_content)
+    reasoning, content = split_reasoning(text, spec.implicit_end)
     assert reasoning is not None and reasoning.rstrip("\n") == "Let me search." and TC_START not in reasoning
     assert content.lstrip("\n") == block
     assert whole(content, {"read_file": obj(path={"type": "string"})}) == (
@@ -470,7 +470,4 @@ def test_deepseek_v3_parser_selection(thinking: bool) -> None:
     assert spec.separate is thinking
     if thinking:
         assert split_reasoning("plan</think>answer", spec.implicit_end) == ("plan", "answer")
-        assert split_reasoning("all reasoning", spec.implicit_end, spec.unterminated_stop_is_content) == (
-            "all reasoning",
-            "",
-        )
+        assert split_reasoning("all reasoning", spec.implicit_end) == ("all reasoning", "")

@@ -27,9 +27,8 @@ stream ends. With the SSE keep-alive on (``--sse-keep-alive-interval``) a silent
 ``ping`` events (:data:`PING_EVENT`), the liveness signal Anthropic's clients count (they skip SSE
 comments); when the interval passes before the first output, ``message_start`` (its ``usage``
 from the prompt's token count, :func:`prompt_usage`) and its ``ping`` go out first, so no event
-precedes ``message_start``. A thinking-mode reply that stops without ever closing its reasoning
-is the answer (as on chat completions): streamed, its text went out as a thinking block first and
-is sent again as a text block; the whole message has the text block only.
+precedes ``message_start``. A thinking-mode reply that ends without ever closing its reasoning
+is a ``thinking`` block only, streamed or not (as on chat completions).
 """
 
 from __future__ import annotations

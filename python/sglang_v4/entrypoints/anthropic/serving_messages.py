@@ -17,9 +17,9 @@ without the server's API key (``x-api-key: KEY``, Anthropic's header, or ``Autho
 KEY``), 404 ``not_found_error`` for another model name. A client that goes away aborts its
 request, streamed or not, as on the chat route.
 
-With ``thinking`` on, a generation that stops without closing its reasoning (no ``</think>``)
+With ``thinking`` on, a generation that ends without closing its reasoning (no ``</think>``)
 is a message with that reasoning as its ``thinking`` block and no ``text`` block, streamed or
-not (DeepSeek's own Messages converter reads it so; the chat route reads it as the answer).
+not (DeepSeek's own Messages converter reads it so, as the chat route does).
 
 With ``--sse-keep-alive-interval`` a silent stream sends Anthropic's ``ping`` event, not the SSE
 comment of the other routes: Anthropic clients (Claude Code's stall watchdog) count events only.
@@ -31,7 +31,6 @@ event.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
@@ -119,22 +118,6 @@ async def _read_body(request: Request, cls: type[Any]) -> Any:
         ) from None
 
 
-def _reasoning_kept(run: ChatRun) -> ChatRun:
-    """``run`` whose reasoning, when the generation stops without ever closing it, stays
-    reasoning: a ``thinking`` block and no ``text`` block, streamed or not, as DeepSeek's own
-    Messages converter reads it.
-
-    The chat route reads such a reasoning as the answer instead, and its stream, which has sent
-    the reasoning deltas by then, sends the whole text once more as content; as Messages events
-    that would be a ``thinking`` block and a ``text`` block holding the same text, and the stream
-    would not add up to the non-streamed message.
-    """
-    if not run.plan.reasoning.unterminated_stop_is_content:
-        return run
-    reasoning = dataclasses.replace(run.plan.reasoning, unterminated_stop_is_content=False)
-    return dataclasses.replace(run, plan=dataclasses.replace(run.plan, reasoning=reasoning))
-
-
 class AnthropicServing:
     """The Messages API routes over the chat path of the OpenAI routes.
 
@@ -187,7 +170,8 @@ class AnthropicServing:
         return chat_req
 
     async def _prepare(self, chat_req: ChatCompletionRequest) -> ChatRun:
-        """The chat run of ``chat_req``, its output read as a message (:func:`_reasoning_kept`).
+        """The chat run of ``chat_req`` (a reasoning never closed stays a ``thinking`` block,
+        streamed or not, as on chat completions: :mod:`~..openai.reasoning_parser`).
 
         Raises:
             RequestError: 400 naming the Messages field.
@@ -196,7 +180,7 @@ class AnthropicServing:
             run = await self.chat._prepare_chat(chat_req)
         except RequestError as e:
             raise anthropic_field_error(e) from None
-        return _reasoning_kept(run)
+        return run
 
     def _check_context(self, run: ChatRun, max_tokens: int) -> None:
         """Refuse a prompt that does not fit in the context with ``max_tokens``, in Anthropic's

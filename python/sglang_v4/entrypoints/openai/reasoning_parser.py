@@ -25,18 +25,18 @@ chunks. The parsers, by SGLang's names (:data:`REASONING_PARSERS`):
   tool parser, and a ``</think>`` the model writes late, right after that block's end
   (``</｜DSML｜tool_calls>``, whitespace between), is dropped: it closes the reasoning the block
   already ended (seen from DeepSeek-V4-Flash: vLLM #45862, llama.cpp #25891). A generation that
-  *stops* (EOS or a stop token other than ``</think>``'s; stop strings match only after
-  ``</think>``, :func:`stops_after_reasoning`) without ever writing ``</think>`` did not deliberate: its text is the answer and goes to
-  ``content``; one cut by ``max_tokens`` is reasoning that ran out of budget and stays in
-  ``reasoning_content`` (the peers' reports: answers hidden in ``reasoning_content`` when ``</think>`` never came, vLLM
-  #48645; token budgets spent on reasoning, DeepSeek's own API).
+  ends without ever writing ``</think>`` (stopped by EOS or a stop token, or cut by
+  ``max_tokens``; stop strings match only after ``</think>``, :func:`stops_after_reasoning`) is
+  reasoning throughout, as SGLang's and vLLM's DeepSeek detectors and DeepSeek's own response
+  parsers (``deepseek-recipe``, chat and Messages) read it: a stream has sent that text as reasoning deltas before the finish says how
+  the generation ended, and cannot take them back, so the non-streamed answer reads it the same
+  way (a stream never carries the text twice, once as reasoning and again as content; the
+  answer-in-``content`` reading asked for in vLLM #48645 would need exactly that).
   An output that ends while still reasoning with the first characters of an end marker (a
   partial ``</think>`` such as ``"</"``, or a partial block start such as
   ``"\\n\\n<｜DSML｜tool"``) ends with text of the reasoning: the streaming parser holds those
   characters back until the next ones decide, and at the end releases them as the rest of the
-  reasoning, the same streamed and not. Cut by ``max_tokens``, they stay in
-  ``reasoning_content``; stopped, the whole text is the answer and the tool parser drops a
-  trailing partial block start there, as in any answer. Why: V4's format has no tool-call block
+  reasoning, the same streamed and not. Why: V4's format has no tool-call block
   inside the reasoning (its tools instructions ask for the complete reasoning before any call,
   and DeepSeek's reference parser of completions rejects a block met before ``</think>`` as an
   invalid thinking format), so only a *complete* block start is taken as the end of the
@@ -108,14 +108,12 @@ class ReasoningSpec:
     Attributes:
         separate: the output starts inside a reasoning block (split it at all).
         implicit_end: markers that end the reasoning without ``</think>`` (kept in the content).
-        unterminated_stop_is_content: a generation that stops without ``</think>`` is content.
         continued: the output continues a reasoning the prompt already began (prefix completion
             of a turn holding only ``reasoning_content``): its leading newlines are its text.
     """
 
     separate: bool
     implicit_end: tuple[str, ...] = ()
-    unterminated_stop_is_content: bool = False
     continued: bool = False
 
 
@@ -132,34 +130,29 @@ def reasoning_spec(parser: str, thinking: bool, tool_block_start: str | None = N
     if parser == "deepseek-v3":
         return ReasoningSpec(separate=thinking)
     implicit = (tool_block_start, BARE_INVOKE_START) if tool_block_start else ()
-    return ReasoningSpec(separate=thinking, implicit_end=implicit, unterminated_stop_is_content=True)
+    return ReasoningSpec(separate=thinking, implicit_end=implicit)
 
 
 def split_reasoning(
-    text: str,
-    implicit_end: tuple[str, ...] = (),
-    unterminated_is_content: bool = False,
-    continued: bool = False,
+    text: str, implicit_end: tuple[str, ...] = (), continued: bool = False
 ) -> tuple[str | None, str]:
-    """Non-streaming split of a full completion.
+    """Non-streaming split of a full completion: the text a :class:`ReasoningParser` fed it in
+    one piece and flushed returns, so a stream's deltas joined give the same split.
 
     Args:
         text: the generated text.
         implicit_end: see :class:`ReasoningSpec`.
-        unterminated_is_content: without an end marker the text is the answer (else reasoning).
         continued: see :class:`ReasoningSpec`.
 
     Returns:
         ``(reasoning_content, content)``; ``reasoning_content`` is ``None`` when empty. Without an
-        end marker the whole text is reasoning and ``content`` is ``""`` (or the reverse with
-        ``unterminated_is_content``).
+        end marker the whole text is reasoning and ``content`` is ``""``, however the generation
+        ended (module docstring).
     """
     p = ReasoningParser(implicit_end=implicit_end, continued=continued)
     r1, c1 = p.feed(text)
     r2, c2 = p.flush()
     reasoning, content = r1 + r2, c1 + c2
-    if p.in_reasoning and unterminated_is_content:
-        reasoning, content = "", reasoning
     return (reasoning or None), content
 
 

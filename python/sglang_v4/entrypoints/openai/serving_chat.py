@@ -397,14 +397,7 @@ class ChatMixin(ChatStreamMixin):
         text = ret.get("text", "").replace(EOS, "")
         reasoning, reasoning_tokens = None, 0
         if separate:
-            to_content = (
-                plan.reasoning.unterminated_stop_is_content
-                and fr == "stop"
-                and not plan.ended_by_marker(matched)
-            )
-            reasoning, text = split_reasoning(
-                text, plan.reasoning.implicit_end, to_content, plan.reasoning.continued
-            )
+            reasoning, text = split_reasoning(text, plan.reasoning.implicit_end, plan.reasoning.continued)
             reasoning = scrub_dsml(reasoning) if reasoning else reasoning  # no DSML tag in it
             reasoning_tokens = self._reasoning_tokens(ret.get("output_ids") or [], reasoning)
         calls: list[ParsedToolCall] = []

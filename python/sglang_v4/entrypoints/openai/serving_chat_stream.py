@@ -72,7 +72,7 @@ class _ChoiceStream:
     sent_text: int = 0
     sent_lp: int = 0
     reasoning_text: str = ""  # the reasoning sent (DSML tags scrubbed)
-    reasoning_raw: str = ""  # the reasoning as generated (an unterminated one becomes the answer)
+    reasoning_raw: str = ""  # the reasoning as generated (DSML tags kept)
     reasoning_scrub: DsmlMarkupScrub = field(default_factory=DsmlMarkupScrub)
     started_calls: set[int] = field(default_factory=set)
     #: a custom tool's calls (by index): their ``input`` text read from the argument fragments
@@ -369,7 +369,7 @@ class ChatStreamMixin(ChatPrepareMixin):
         delta = text[st.sent_text :] if len(text) >= st.sent_text else ""
         st.sent_text = max(st.sent_text, len(text))
         fr, matched = _finish(meta)
-        reasoning_d, content_d = cls._split_delta(st, delta, fr, plan, matched)
+        reasoning_d, content_d = cls._split_delta(st, delta, fr)
         tool_deltas: list[ToolCallDelta] = []
         if st.tools is not None:
             content_d, tool_deltas = st.tools.feed(content_d)
@@ -379,33 +379,17 @@ class ChatStreamMixin(ChatPrepareMixin):
         return fr, matched, reasoning_d, content_d, tool_deltas
 
     @staticmethod
-    def _split_delta(
-        st: _ChoiceStream, delta: str, fr: str | None, plan: ChatPlan, matched: Any = None
-    ) -> tuple[str, str]:
-        """``(reasoning_delta, content_delta)`` of a text delta (``fr``: the finish reason, if done;
-        ``matched``: its matched stop).
-
-        A generation that stops without ever ending its reasoning was the answer
-        (:mod:`.reasoning_parser`): its whole text is sent once more, as content, at the finish
-        (with ``stream_reasoning: false`` it is sent as content only). One stopped by the
-        ``</think>`` token (``stop_token_ids``, its tag trimmed) ended its reasoning there.
-        """
+    def _split_delta(st: _ChoiceStream, delta: str, fr: str | None) -> tuple[str, str]:
+        """``(reasoning_delta, content_delta)`` of a text delta (``fr``: the finish reason, if
+        done). A reasoning never closed stays reasoning however the generation ended
+        (:mod:`.reasoning_parser`), so each piece of text goes out once, in the field the
+        non-streamed answer has it in."""
         if st.reasoning is None:
             return "", delta
         r, c = st.reasoning.feed(delta)
         if fr is not None:
             r2, c2 = st.reasoning.flush()
             r, c = r + r2, c + c2
-            if (
-                st.reasoning.in_reasoning
-                and plan.reasoning.unterminated_stop_is_content
-                and fr == "stop"
-                and not plan.ended_by_marker(matched)
-            ):
-                answer = st.reasoning_raw + r
-                st.reasoning_text = st.reasoning_raw = ""
-                sent = st.reasoning_scrub.feed(r) + st.reasoning_scrub.finish()
-                return ("" if not st.reasoning.stream_reasoning else sent), c + answer
         st.reasoning_raw += r
         sent = st.reasoning_scrub.feed(r)  # the reasoning's DSML tags dropped (.dsml_markup)
         if fr is not None or not st.reasoning.in_reasoning:

@@ -44,9 +44,8 @@ reasoning, not a summary); for a call ``response.function_call_arguments.delta``
 (its ``ResponseIncompleteEvent``; the ``openai`` client's ``get_final_response()`` reads
 ``response.completed`` only, so a client of a cut stream reads the terminal event's ``response``,
 as against OpenAI's own server). An engine error mid-stream sends ``error`` and then
-``response.failed``. A thinking-mode reply that stops without ever closing its reasoning is the
-answer (as on chat completions): streamed, its text went out as reasoning first, and the final
-response has it as the message only, as the non-streamed response has. Likewise a call whose
+``response.failed``. A thinking-mode reply that ends without ever closing its reasoning is a
+``reasoning`` item only, streamed or not (as on chat completions). A call whose
 invoke turns out malformed, or is stopped inside, had its ``function_call`` item and argument
 deltas streamed already: that item is closed ``incomplete``, its text follows in a message, and
 the final response has no such item, as the non-streamed one. Client disconnects abort
