@@ -332,3 +332,42 @@ def test_soup_995_prompt_text_with_its_bos_is_not_given_a_second(engine: Any, ex
         assert out["text"] == expected(3)
     plain = engine.generate(prompt="Hi there", sampling_params={"max_new_tokens": 1})
     assert plain["meta_info"]["prompt_tokens"] == len(ids) - 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_qvac_2627_batch_with_one_bad_member_sends_none_of_it(
+    engine: Any, expected: Any, stream: bool
+) -> None:
+    """tetherto/qvac#2627 (review: a batch with one context-overflowing prompt failed as a whole,
+    and what its other prompts had done was left unclear). Expected, SGLang's Engine: a batch
+    whose second member is empty, longer than the 512-token context, asks for more tokens than
+    the context leaves, or has a bad sampling parameter is a ``ValueError`` saying which, raised
+    before any member is scheduled: the first member (a ``[hold]`` prompt, which would hold its
+    pages until aborted) never runs, so no page stays used and the request table is empty."""
+    long_prompt = "word " * 600
+    cases = [
+        (["[hold] first", "", "third"], {"max_new_tokens": 5}, "empty"),
+        (["[hold] first", long_prompt, "third"], {"max_new_tokens": 5}, "context length"),
+        (["[hold] first", "x"], [{"max_new_tokens": 5}, {"max_new_tokens": 600}], "context length"),
+        (
+            ["[hold] first", "x"],
+            [{"max_new_tokens": 5}, {"max_new_tokens": 5, "temperature": -1}],
+            "temperature",
+        ),
+    ]
+    for prompts, params, says in cases:
+        with pytest.raises(ValueError, match=says):
+            out = engine.generate(prompt=prompts, sampling_params=params, stream=stream)
+            if stream:
+                list(out)
+        info = engine.get_server_info()
+        assert info["kv_pool"]["used_pages"] == 0 and not engine.tokenizer_manager.rid_to_state
+
+    async def one() -> None:
+        await engine.async_generate(
+            prompt=["[hold] first", long_prompt], sampling_params={"max_new_tokens": 5}
+        )
+
+    with pytest.raises(ValueError, match="context length"):
+        asyncio.run(one())
+    _assert_released(engine, expected)
