@@ -42,7 +42,9 @@ class FakeTM:
         n_prompt = len(prompt_ids)
         dec = self.tokenizer.decode
         outs = []
-        for j in range(1, len(ids) + 1):
+        # a request of no token (``max_new_tokens`` 0) still ends with one output, as the real
+        # manager's: empty text and ids, ``finish_reason`` ``length`` 0
+        for j in range(1, len(ids) + 1) if ids else [0]:
             meta: dict[str, Any] = {
                 "id": sub.rid,
                 "finish_reason": finish if j == len(ids) else None,
