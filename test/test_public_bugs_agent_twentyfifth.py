@@ -241,13 +241,73 @@ def test_anthropic_tool_use_turn_with_thinking_round_trips(tok: Any) -> None:
         assert_extends(tok, ids(tm, k), reply, ids(tm, k + 1))
 
 
+PARALLEL = (
+    f'\n\n<{D}tool_calls>\n<{D}invoke name="edit_file">\n'
+    f'<{D}parameter name="path" string="true">a.py</{D}parameter>\n'
+    f'<{D}parameter name="edits" string="false">{{}}</{D}parameter>\n</{D}invoke>\n'
+    f'<{D}invoke name="edit_file">\n'
+    f'<{D}parameter name="path" string="true">b.py</{D}parameter>\n'
+    f'<{D}parameter name="edits" string="false">{{}}</{D}parameter>\n</{D}invoke>\n</{D}tool_calls>'
+)
+
+
+def test_parallel_tool_results_in_completion_order_render_in_call_order(tok: Any) -> None:
+    """AAswordman/Operit#1159 and langchain-ai/open-swe#2198: results of a parallel batch stored in
+    completion order were sent back in another order than in the tool loop, and the strict prefix
+    cache missed from that batch on. A batch's results render in the calls' order, and the calls
+    in the order the model wrote them: results sent in either order (chat ``tool`` messages,
+    Messages ``tool_result`` blocks) give the same prompt, which starts with turn 1's prompt + the
+    generated calls + EOS. (DeepSeek's reference converter orders a batch by call id instead,
+    which would not repeat the generated ids, so it is no oracle here.)"""
+    tm = PromptTM(tok, reply=PARALLEL)
+    _, tc = make_client(tm)
+    body: dict[str, Any] = {
+        "messages": [SYSTEM, USER],
+        "tools": [CHAT_EDIT],
+        "chat_template_kwargs": {"thinking": False},
+    }
+    m = chat(tc, body)
+    calls = m["tool_calls"]
+    assert [json.loads(c["function"]["arguments"])["path"] for c in calls] == ["a.py", "b.py"]
+    results = [
+        {"role": "tool", "tool_call_id": c["id"], "content": f"edited {i}"} for i, c in enumerate(calls)
+    ]
+    echoed = {"role": "assistant", "content": m["content"], "tool_calls": calls}
+    in_order = {**body, "messages": body["messages"] + [echoed] + results}
+    chat(tc, in_order)
+    chat(tc, {**body, "messages": body["messages"] + [echoed] + results[::-1]})
+    assert ids(tm, 1) == ids(tm, 2)
+    assert_extends(tok, ids(tm, 0), PARALLEL, ids(tm, 1))
+
+    client, _, _ = make_clients(tm)
+    tool = {"name": "edit_file", "description": "Edit a file", "input_schema": EDIT_SCHEMA}
+    kw: dict[str, Any] = dict(model=MODEL, max_tokens=300, system="You are a coding agent.", tools=[tool])
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": USER["content"]}]
+    a = client.messages.create(messages=msgs, **kw)
+    blocks = [b.model_dump(exclude_none=True) for b in a.content]
+    uses = [b for b in blocks if b["type"] == "tool_use"]
+    assert [u["input"]["path"] for u in uses] == ["a.py", "b.py"]
+    res = [
+        {"type": "tool_result", "tool_use_id": u["id"], "content": f"edited {i}"} for i, u in enumerate(uses)
+    ]
+    for order in (res, res[::-1]):
+        client.messages.create(
+            messages=msgs + [{"role": "assistant", "content": blocks}, {"role": "user", "content": order}],
+            **kw,
+        )
+    assert ids(tm, 4) == ids(tm, 5)
+    assert_extends(tok, ids(tm, 3), PARALLEL, ids(tm, 4))
+
+
 # --------------------------------------------------------------------------- reasoning in history
 
 
 def test_plain_multi_turn_chat_extends_each_turn(tok: Any) -> None:
     """raullenchai/Rapid-MLX#214: the check ``turn_2_tokens[:len(turn_1_tokens)] == turn_1_tokens``
-    on a growing multi-turn chat (every turn missed the cache). Thinking off, no tools: each turn's
-    prompt starts with the previous prompt + the reply + EOS, for four turns."""
+    on a growing multi-turn chat (every turn missed the cache); QwenLM/Qwen3#1901: the generation
+    prompt's empty think block was not rendered once the turn moved into history. Thinking off, no
+    tools: each turn's prompt (ending ``</think>``) starts with the previous prompt + the reply +
+    EOS, for four turns."""
     tm = PromptTM(tok)  # the reply is a function of the prompt: each turn answers differently
     _, tc = make_client(tm)
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a careful assistant."}]
