@@ -208,6 +208,30 @@ def test_codex_reasoning_replayed_by_encrypted_content_stays_cached(tok: Any) ->
         assert_extends(tok, ids(tm, k), reply, ids(tm, k + 1))
 
 
+def test_responses_chained_thinking_turns_keep_reasoning_text_and_calls(tok: Any) -> None:
+    """vllm-project/vllm#43247: the context stored for ``previous_response_id`` dropped the
+    function calls (and joined a message's text parts differently), so the chained prompt was
+    not the one the model had extended. Thinking on, each turn writes reasoning, a sentence and
+    a call; chained for three turns, each prompt starts with the previous prompt + the generated
+    reasoning, text, call and EOS."""
+    reply = "Need the file.</think>Editing calc.py now." + EDIT_CALL
+    tm = PromptTM(tok, reply=reply)
+    client, _ = make_client(tm)
+    tool = {"type": "function", "name": "edit_file", "description": "Edit a file", "parameters": EDIT_SCHEMA}
+    kw: dict[str, Any] = dict(
+        model=MODEL, instructions="You are a coding agent.", tools=[tool], reasoning={"effort": "high"}
+    )
+    new: list[dict[str, Any]] = [USER]
+    prev = None
+    for _ in range(3):
+        r = client.responses.create(input=new, previous_response_id=prev, **kw)
+        assert [i.type for i in r.output] == ["reasoning", "message", "function_call"]
+        (fc,) = [i for i in r.output if i.type == "function_call"]
+        new, prev = [{"type": "function_call_output", "call_id": fc.call_id, "output": "ok"}], r.id
+    for k in range(2):
+        assert_extends(tok, ids(tm, k), reply, ids(tm, k + 1))
+
+
 def test_anthropic_tool_use_turn_with_thinking_round_trips(tok: Any) -> None:
     """mdegans/drama_llama#85: assistant ``tool_use`` turns did not round-trip byte-exact, the
     match stopping a few tokens short at the end of the earlier prompt. With thinking on, the
@@ -321,11 +345,14 @@ def test_plain_multi_turn_chat_extends_each_turn(tok: Any) -> None:
         assert_extends(tok, ids(tm, k), replies[k], ids(tm, k + 1))
 
 
-def test_reasoning_echoed_in_a_thinking_tool_loop_is_cached(tok: Any) -> None:
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_reasoning_echoed_in_a_thinking_tool_loop_is_cached(tok: Any, field: str) -> None:
     """nibor1896/Crow#60 and Hmbown/Codewhale#1297: dropping ``reasoning_content`` from the
     history breaks the prompt cache every turn (DeepSeek-V4's cache matches on the bytes of the
-    earlier messages). A client that echoes ``reasoning_content`` with its tool calls gets turn
-    N+1's prompt starting with turn N's prompt + the generated reasoning, call and EOS."""
+    earlier messages); BerriAI/litellm#41380: replayed reasoning removed on the way to a vLLM
+    server (which names the field ``reasoning``) deleted 43% of the prompt. A client that echoes
+    the reasoning with its tool calls, under either name, gets turn N+1's prompt starting with
+    turn N's prompt + the generated reasoning, call and EOS."""
     reply = "I will edit calc.py.</think>" + EDIT_CALL
     tm = PromptTM(tok, reply=reply)
     _, tc = make_client(tm)
@@ -338,7 +365,12 @@ def test_reasoning_echoed_in_a_thinking_tool_loop_is_cached(tok: Any) -> None:
         m = chat(tc, body)
         assert m["reasoning_content"] == "I will edit calc.py."
         (call,) = m["tool_calls"]
-        echoed = {k: m[k] for k in ("role", "content", "reasoning_content", "tool_calls")}
+        echoed = {
+            "role": "assistant",
+            "content": m["content"],
+            field: m[field],
+            "tool_calls": m["tool_calls"],
+        }
         body = {
             **body,
             "messages": body["messages"]
