@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from scheduler_testutil import assert_idle, make_scheduler, submit
+from scheduler_testutil import assert_idle, drain, make_scheduler, submit
 from sglang_v4.managers.scheduler import Scheduler
 
 #: Tokens per block page (the smallest the embedded model allows: its sliding window).
@@ -173,10 +173,25 @@ def cold(default_model_dir: str) -> ColdRuns:
     return ColdRuns(default_model_dir)
 
 
-def run_scenario(model_dir: str, sc: Scenario) -> tuple[Scheduler, dict[str, dict]]:
+def run_scenario(
+    model_dir: str, sc: Scenario, trace: list[tuple[str, ...]] | None = None, memo: bool = True
+) -> tuple[Scheduler, dict[str, dict]]:
     """Drive a scheduler through ``sc``'s timeline until idle, checking the page invariant after
-    every step; the scheduler and per rid its ``ids``, ``finish`` and ``finishes``."""
+    every step; the scheduler and per rid its ``ids``, ``finish`` and ``finishes``. ``trace``
+    gets the running rids after each step; ``memo=False`` turns the admission refusal memo off
+    (every refusal key is new: the queue head is matched again every step)."""
     s = make_scheduler(model_dir, max_total_tokens=sc.pool_pages * PS, page_size=PS, **sc.kw)
+    if not memo:
+        s._refusal_key = lambda *args: object()  # type: ignore[method-assign]
+    match = s.cache_manager.match_prefix
+    matches = [0]
+
+    def counted_match(req: Any) -> bool:
+        matches[0] += 1
+        return match(req)
+
+    s.cache_manager.match_prefix = counted_match  # type: ignore[method-assign]
+    s.num_prefix_matches = matches  # type: ignore[attr-defined]
     assert s.max_total_num_tokens == sc.pool_pages * PS
     res: dict[str, dict] = {a.rid: {"ids": [], "finish": None, "finishes": 0} for a in sc.arrivals}
     bound = step_bound(sc)
@@ -199,6 +214,8 @@ def run_scenario(model_dir: str, sc: Scenario) -> tuple[Scheduler, dict[str, dic
                 got["finish"] = out.finished_reasons[i]
                 got["finishes"] += 1
         s.cache_manager.check_integrity(list(s.running) + list(s.waiting))
+        if trace is not None:
+            trace.append(tuple(r.rid for r in s.running))
     live = [(r.rid, r.seq_len, len(r.block_pages)) for r in list(s.running) + list(s.waiting)]
     raise AssertionError(f"not idle after {bound} steps (livelock?): running + waiting {live}")
 
@@ -227,10 +244,62 @@ def check_results(sc: Scenario, s: Scheduler, res: dict[str, dict], cold: ColdRu
     assert_idle(s)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(1, 4))
 def test_admission_fuzz(default_model_dir: str, cold: ColdRuns, seed: int) -> None:
     """Every request of ``seed``'s timeline finishes within the step bound with its cold tokens
-    (module docstring); no page or slot leaks."""
+    (module docstring); no page or slot leaks. Seed 0 runs in
+    :func:`test_refusal_memo_changes_no_admission`."""
     sc = make_scenario(seed)
     s, res = run_scenario(default_model_dir, sc)
     check_results(sc, s, res, cold)
+
+
+def test_refusal_memo_changes_no_admission(default_model_dir: str, cold: ColdRuns) -> None:
+    """Seed 0's timeline (module docstring's checks) with the refusal memo on and off: the memo
+    only skips prefix matches that would be refused again, so with it off (the queue head matched
+    and checked every step) the same requests run at every step; and with it on it did skip
+    matches (seed 0 refuses whole-sequence admissions while others run)."""
+    sc = make_scenario(0)
+    runs = []
+    for memo in (True, False):
+        trace: list[tuple[str, ...]] = []
+        s, res = run_scenario(default_model_dir, sc, trace, memo=memo)
+        check_results(sc, s, res, cold)
+        runs.append((trace, s.num_prefix_matches[0]))  # type: ignore[attr-defined]
+    assert runs[0][0] == runs[1][0], "the memo changed which requests ran"
+    assert runs[0][1] < runs[1][1], f"the memo skipped no prefix match ({runs[0][1]} vs {runs[1][1]})"
+
+
+def test_resent_rid_is_not_held_by_the_refusal_memo(default_model_dir: str, cold: ColdRuns) -> None:
+    """A queued request refused while another runs, aborted and resent under the same rid with a
+    prompt that fits, is admitted on the step a request with a new rid is (the memo of the first
+    refusal belongs to the aborted request, not to its rid), with its cold tokens. Before the memo
+    was keyed on the request it waited until the running request took its next page (25 steps)."""
+    r = random.Random(3)
+    long_decode, too_big, fits = tokens(r, 100), tokens(r, 300), tokens(r, 50)
+    admitted_at = {}
+    for rid in ("x", "y"):
+        s = make_scheduler(
+            default_model_dir, max_total_tokens=3 * PS, page_size=PS, chunked_prefill_size=-1,
+            disable_overlap_schedule=True,
+        )  # fmt: skip
+        submit(s, "a", long_decode, 40)
+        s.step()
+        submit(s, "x", too_big, 5)  # its whole sequence needs the pool: refused beside "a"
+        s.step()
+        s.step()
+        assert [q.rid for q in s.waiting] == ["x"] and [q.rid for q in s.running] == ["a"]
+        s.abort_request("x")
+        s.step()
+        submit(s, rid, fits, 2)
+        ids: list[int] = []
+        for t in range(60):
+            out = s.step()
+            ids += [x for i, q in enumerate(out.rids if out else []) if q == rid for x in out.output_ids[i]]
+            if any(q.rid == rid for q in s.running) or not s.waiting:
+                admitted_at[rid] = t
+                break
+        ids += drain(s).get(rid, {}).get("ids", [])
+        assert ids == cold(fits, 2)[0]
+        assert_idle(s)
+    assert admitted_at == {"x": 0, "y": 0}
