@@ -233,9 +233,10 @@ def test_refused_queue_head_is_not_matched_again_every_step(sched_model_dir: str
     skips prefill admission until a running request leaves): a 600-token prompt that cannot fit
     beside a 300-token request decoding 100 tokens on a 4-block pool waits at the queue head. Its
     prefix match (O(prompt): the key, the radix walk, the slot's state writes) is not redone every
-    decode step while nothing it depends on (free and evictable pages, the running count) has
-    changed: at most a few matches over ~100 steps, instead of one per step. Both requests give
-    their cold tokens, the waiting one after the first finishes."""
+    decode step while nothing it depends on (:meth:`Scheduler._refusal_key`: free and evictable
+    pages, the running count, the tree's size) has changed: at most a few matches over ~100
+    steps, instead of one per step. Both requests give their cold tokens, the waiting one after
+    the first finishes."""
     s = make_scheduler(sched_model_dir, max_total_tokens=4 * PAGE, chunked_prefill_size=PAGE)
     first, second = random_ids(300, seed=2490), random_ids(600, seed=2491)
     cold_first, cold_second = _cold(s, "c1", first, 100), _cold(s, "c2", second, 3)

@@ -283,7 +283,7 @@ class Scheduler(
         self._prefilling: list[Req] = []  # running requests mid-prefill, found by _add_decode_reqs
         #: the queued request whose admission failed for KV pages last step (priority preemption)
         self._admission_blocked: Req | None = None
-        self._refused_whole: tuple[str, int, int, int] | None = None  # _refusal_key of a refusal
+        self._refused_whole: tuple[Any, ...] | None = None  # _refusal_key of a refusal
         # fixed per-request columns of the last decode batch and of the last message
         self._sampling_columns = FixedColumns()
         self._output_columns = FixedColumns()
@@ -474,7 +474,7 @@ class Scheduler(
             if inflight and inflight.holds(req, ps):
                 deferred.append(self.waiting.popleft())
                 continue
-            if self.running and self._refused_whole == self._refusal_key(req):
+            if self.running and self._refused_whole == self._refusal_key(req, reserved):
                 self._admission_blocked = req  # refused before and nothing has changed since
                 break
             if not self.cache_manager.match_prefix(req):
@@ -483,7 +483,7 @@ class Scheduler(
             end = req.num_computed + min(req.remaining, chunk, budget)
             if not self._fits_whole(req, reserved):
                 self.cache_manager.release_req(req)
-                self._refused_whole = self._refusal_key(req)
+                self._refused_whole = self._refusal_key(req, reserved)
                 self._admission_blocked = req
                 break
             if not self.cache_manager.alloc_for_extend(req, end):
@@ -523,12 +523,14 @@ class Scheduler(
         end = req.seq_len + (req.num_outputs + 1 < req.max_new_tokens)
         return self.cache_manager.can_hold(req, end, reserved)
 
-    def _refusal_key(self, req: Req) -> tuple[str, int, int, int]:
-        """What a :meth:`_fits_whole` refusal of ``req`` depends on (its rid, the free and evictable
-        block pages, the number running): while unchanged, the head is not matched again (a long
-        prompt would redo its O(prompt) prefix match every step)."""
+    def _refusal_key(self, req: Req, reserved: int) -> tuple[Any, ...]:
+        """What a :meth:`_fits_whole` refusal of ``req`` depends on: the request object itself (a
+        request resent under an aborted one's rid is another), the free and evictable block pages,
+        the number running, the ``reserved`` pages and the radix tree's size (blocks a running
+        request inserts may lengthen ``req``'s hit). While unchanged, the head is not matched
+        again (a long prompt would redo its O(prompt) prefix match every step)."""
         available, evictable, _ = self.cache_manager.kv_block_counts()
-        return (req.rid, available, evictable, len(self.running))
+        return (req, available, evictable, len(self.running), reserved, self.tree_cache.total_pages())
 
     def _sort_waiting(self) -> None:
         """Order the queue by ``--schedule-policy`` (:mod:`sglang_v4.managers.schedule_policy`),
