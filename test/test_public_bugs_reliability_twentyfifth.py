@@ -419,3 +419,65 @@ def test_prompt_longer_than_the_pool_is_a_400_that_harms_no_one(
     assert res["huge"]["ids"] == []
     assert res["b"]["ids"] == cold["b"]
     assert_idle(s)
+
+
+def _str_out(rid: str, finished: bool) -> Any:
+    """A detokenizer message for ``rid``: one token ``"x"``, finished by length or not."""
+    from sglang_v4.managers.io_struct import BatchStrOut
+
+    return BatchStrOut(
+        rids=[rid],
+        finished_reasons=[{"type": "length", "length": 1} if finished else None],
+        output_strs=["x"],
+        final_strs=[None],
+        output_ids=[[1]],
+        prompt_tokens=[3],
+        completion_tokens=[1],
+        cached_tokens=[0],
+        time_stats=[None],
+        detokenizer_ts=0.0,
+    )
+
+
+def test_stream_closed_early_aborts_at_once_and_a_finished_one_never(
+    app: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ROCm/ATOM#1589: streaming cleanup aborted the engine request on every normal completion (an
+    # abort flood), and a client that went away mid-stream left the request running because the
+    # generators had no try/finally. A stream read to its finish sends no abort; a stream closed
+    # after its first chunk sends exactly one abort for its rid at once (not when the garbage
+    # collector gets to the inner generator) and leaves the in-flight table at once.
+    import asyncio
+
+    from sglang_v4.managers.io_struct import AbortReq, GenerateReqInput
+
+    _, tm = app
+    sent: list[Any] = []
+    send = tm._send.send_pyobj
+    monkeypatch.setattr(tm._send, "send_pyobj", lambda o, *a, **k: (sent.append(o), send(o, *a, **k))[1])
+
+    def aborts() -> list[str]:
+        return [o.rid for o in sent if isinstance(o, AbortReq)]
+
+    async def answer(rid: str, finished: bool) -> None:
+        while rid not in tm.rid_to_state:
+            await asyncio.sleep(0.005)
+        tm._handle_batch_output(_str_out(rid, finished))
+
+    async def main() -> None:
+        obj = GenerateReqInput(text="hi", sampling_params={"max_new_tokens": 1}, stream=True, rid="rel-done")
+        feeder = asyncio.create_task(answer("rel-done", True))
+        chunks = [c async for c in tm.generate_request(obj)]
+        await feeder
+        assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "length"
+        assert aborts() == [] and not tm.rid_to_state
+        obj = GenerateReqInput(text="hi", sampling_params={"max_new_tokens": 5}, stream=True, rid="rel-gone")
+        feeder = asyncio.create_task(answer("rel-gone", False))
+        gen = tm.generate_request(obj)
+        await gen.__anext__()
+        await feeder
+        await gen.aclose()  # the client went away
+        assert aborts() == ["rel-gone"]
+        assert not tm.rid_to_state
+
+    asyncio.run(main())
