@@ -1,7 +1,8 @@
 """Public bug reports on serving reliability: request timeouts in the queue and while running,
 requests never aborted by the server itself when no limit is set, a full queue, aborts by
-``rid`` in either queue and of every request, a grammar the server cannot honour, requests whose
-fields have the wrong JSON type, malformed bodies, and a burst of aborts and refusals.
+``rid`` in either queue and of every request, a grammar the server cannot honour, a prompt longer
+than the pool, requests whose fields have the wrong JSON type, malformed bodies, a burst of aborts
+and refusals, a stream its client closed early, and a backend that died with requests in flight.
 
 In-process only: schedulers on the ``sched_model_dir`` checkpoint (CPU, fp32, 256-token pages)
 and ``http_server.create_app`` over a tokenizer manager whose scheduler never answers
@@ -9,7 +10,8 @@ and ``http_server.create_app`` over a tokenizer manager whose scheduler never an
 status (its ``Scheduler._poll_timeout_aborts`` and ``_abort_on_queued_limit``, read from the
 installed package), the page and slot counts back to idle (``assert_idle``, the cache manager's
 ``check_integrity``), the cold run of every request that was not aborted, and the ``openai``
-client's own error parser for the error shape.
+client's own error parser for the error shape, and the messages the tokenizer manager sends to
+the scheduler (an ``AbortReq`` per aborted request, none for a finished one).
 """
 
 from __future__ import annotations
@@ -481,3 +483,47 @@ def test_stream_closed_early_aborts_at_once_and_a_finished_one_never(
         assert not tm.rid_to_state
 
     asyncio.run(main())
+
+
+def test_dead_backend_fails_in_flight_and_turns_health_503(tmp_path: Path) -> None:
+    # vllm-project/vllm#24897 (and #39863): with the engine process dead, /health still answered
+    # 200 (or a generic 500) and in-flight requests hung. Once the backend is reported dead, the
+    # in-flight stream ends with a 503 error at once, /health and /health_generate answer 503, and
+    # a new request is refused with 503 in the OpenAI error shape; nothing stays in flight.
+    import asyncio
+
+    from admin_app_testutil import admin_app_client
+    from sglang_v4.managers.io_struct import GenerateReqInput
+
+    with admin_app_client(tmp_path) as (client, tm):
+        assert client.get("/health", headers=_headers()).status_code == 200
+
+        async def main() -> Exception:
+            obj = GenerateReqInput(
+                text="hi", sampling_params={"max_new_tokens": 5}, stream=True, rid="rel-dead"
+            )
+
+            async def crash() -> None:
+                while "rel-dead" not in tm.rid_to_state:
+                    await asyncio.sleep(0.005)
+                tm.on_crash("scheduler process exited with code -9")
+
+            task = asyncio.create_task(crash())
+            try:
+                async for _ in tm.generate_request(obj):
+                    pass
+            except Exception as e:  # noqa: BLE001 - the error is the result
+                return e
+            finally:
+                await task
+            raise AssertionError("the in-flight stream ended without an error")
+
+        err = asyncio.run(asyncio.wait_for(main(), 30))
+        assert getattr(err, "status_code", None) == 503
+        assert not tm.rid_to_state
+        for path in ("/health", "/health_generate"):
+            assert client.get(path, headers=_headers()).status_code == 503, path
+        body = {"model": "fake-v4", "messages": [{"role": "user", "content": "hi"}]}
+        r = client.post("/v1/chat/completions", json=body, headers=_headers())
+        assert r.status_code == 503
+        assert r.json()["error"]["code"] == 503 and r.json()["error"]["message"]
