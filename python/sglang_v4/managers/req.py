@@ -76,6 +76,9 @@ class Req:
     #: The scheduler's count of prompt tokens batched so far when this request was queued
     #: (``--schedule-policy hrrn``'s aging clock).
     arrival_prefill_tokens: int = 0
+    #: ``time.monotonic()`` when a step first found it running (``SGLANG_REQ_RUNNING_TIMEOUT``'s
+    #: clock, :mod:`~sglang_v4.managers.request_timeouts`; stamped only while that limit is set).
+    running_since: float | None = None
     output_ids: list[int] = field(default_factory=list)
     max_new_tokens: int = 0
     #: Token ids that end the request (EOS and ``stop_token_ids``, none with ``ignore_eos``) and

@@ -78,6 +78,7 @@ from sglang_v4.managers.prefix_sharing import InflightPrefixIndex, prompt_still_
 from sglang_v4.managers.reasoning_tokens import reasoning_marker_ids
 from sglang_v4.managers.req import Req
 from sglang_v4.managers.req_time_stats import stamp_launched, stamp_result_ready, wall_clock
+from sglang_v4.managers.request_timeouts import abort_timed_out
 from sglang_v4.managers.schedule_batch import FixedColumns, ScheduleBatch
 from sglang_v4.managers.schedule_policy import (
     CACHE_AWARE_MAX_QUEUE,
@@ -307,6 +308,7 @@ class Scheduler(
     # ------------------------------------------------------------------ the event loop
     def step(self) -> BatchTokenIDOut | None:
         """One loop iteration (module docstring); the outputs with news."""
+        abort_timed_out(self)  # SGLANG_REQ_WAITING_TIMEOUT / SGLANG_REQ_RUNNING_TIMEOUT
         self._run_idle_health_checks()
         if self.enable_overlap:
             last = self.last_batch

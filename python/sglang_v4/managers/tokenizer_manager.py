@@ -430,8 +430,12 @@ class TokenizerManager(
                 self._send_admitted([tokenized], ticket)
             if self.server_args.log_requests:
                 self._log_received(obj, tokenized.input_ids)
-            async for out in self._wait_one_response(state, request):
-                yield out
+            responses = self._wait_one_response(state, request)
+            try:
+                async for out in responses:
+                    yield out
+            finally:
+                await responses.aclose()  # unfinished: aborted now (the stream was closed), not by the GC
             return
 
         # Batch (or n > 1): validate everything first, so a bad item rejects the whole request.
