@@ -11,10 +11,46 @@ from typing import Any
 import deepseek_recipe as recipe
 
 
+def _ordered_ids(messages: list[Any], prefix: str) -> None:
+    """Rename, in place, the tool-call ids of ``messages`` (OpenAI ``tool_calls[].id`` /
+    ``tool_call_id``, Anthropic ``tool_use.id`` / ``tool_result.tool_use_id``) to
+    ``{prefix}{n:06d}`` in order of first appearance.
+
+    DeepSeek's converter renders a turn's parallel calls, and their results, sorted by call id;
+    the model wrote them in generation order, which is what a served prompt keeps (and what the
+    prefix cache needs). Ids never reach the rendered prompt, so renaming them to names that sort
+    in appearance order makes the converter render the calls in the order they were written,
+    whatever ids a server or client chose (random ids would otherwise order them by chance)."""
+    names: dict[str, str] = {}
+
+    def rename(i: Any) -> Any:
+        if not isinstance(i, str):
+            return i
+        return names.setdefault(i, f"{prefix}{len(names):06d}")
+
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        for c in m.get("tool_calls") or []:
+            if isinstance(c, dict) and "id" in c:
+                c["id"] = rename(c["id"])
+        if "tool_call_id" in m:
+            m["tool_call_id"] = rename(m["tool_call_id"])
+        content = m.get("content")
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, dict) and part.get("type") == "tool_use" and "id" in part:
+                part["id"] = rename(part["id"])
+            elif isinstance(part, dict) and part.get("type") == "tool_result" and "tool_use_id" in part:
+                part["tool_use_id"] = rename(part["tool_use_id"])
+
+
 def recipe_body(body: dict[str, Any], thinking: bool) -> dict[str, Any]:
     """An OpenAI chat ``body`` as DeepSeek's converter takes it: our extension fields
-    (``chat_template_kwargs``, ``stream``) dropped, the model named, thinking on or off."""
+    (``chat_template_kwargs``, ``stream``) dropped, the model named, thinking on or off, tool-call
+    ids renamed to sort in the order they were written (``_ordered_ids``)."""
     b = {k: v for k, v in copy.deepcopy(body).items() if k not in ("chat_template_kwargs", "stream")}
+    if isinstance(b.get("messages"), list):
+        _ordered_ids(b["messages"], "call_")
     return {**b, "model": "DeepSeek-V4-Pro", "thinking": {"type": "enabled" if thinking else "disabled"}}
 
 
@@ -55,6 +91,8 @@ def recipe_messages_prompt(body: dict[str, Any], thinking: bool = False) -> str:
     Anthropic Messages request ``body`` (``max_tokens`` optional, as on ``count_tokens``), thinking
     on or off."""
     b = {"max_tokens": 1, **copy.deepcopy(body), "model": "DeepSeek-V4-Pro"}
+    if isinstance(b.get("messages"), list):
+        _ordered_ids(b["messages"], "toolu_")
     b["thinking"] = {"type": "enabled" if thinking else "disabled"}
     req = recipe.MessagesRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False))
     return recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt
@@ -68,6 +106,8 @@ def recipe_messages_response(
     ``body``, the generation ended by EOS (``finish`` ``"stop"``) or by ``max_tokens``
     (``"length"``)."""
     b = {"max_tokens": 1, **copy.deepcopy(body), "model": "DeepSeek-V4-Pro"}
+    if isinstance(b.get("messages"), list):
+        _ordered_ids(b["messages"], "toolu_")
     b["thinking"] = {"type": "enabled" if thinking else "disabled"}
     req = recipe.MessagesRequest(b).convert(recipe.ConversionOptions())
     proc = recipe.StreamProcessor(recipe.MessagesRequest.chunk_generator(req, "id", "m"), req.parsing_options)
