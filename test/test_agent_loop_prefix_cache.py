@@ -37,7 +37,6 @@ call, so the chat loop leaves it out.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -53,6 +52,7 @@ from server_fixture import ServerHandle, real_env, start_server
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
 recipe = pytest.importorskip("deepseek_recipe")
+from deepseek_recipe_testutil import ids_in_written_order  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -87,7 +87,7 @@ REPLIES = [
 
 
 def _recipe_body(body: dict[str, Any], thinking: bool) -> dict[str, Any]:
-    b = copy.deepcopy(body)
+    b = ids_in_written_order(body)
     b.pop("max_tokens", None)
     b.pop("chat_template_kwargs", None)
     return {**b, "model": RECIPE_MODEL, "thinking": {"type": "enabled" if thinking else "disabled"}}

@@ -10,12 +10,12 @@ whole with ``store: false``; DeepSeek's own Responses converter (``deepseek_reci
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import deepseek_recipe as recipe
 import openai
 import pytest
+from deepseek_recipe_testutil import ids_in_written_order
 from fake_prompt_tm import CALL, MODEL, PromptTM
 from responses_testutil import WEATHER, make_client
 from transformers import PreTrainedTokenizerFast
@@ -31,7 +31,11 @@ def _prompt(tm: PromptTM) -> str:
 
 def _recipe_prompt(items: list[dict[str, Any]]) -> str:
     """DeepSeek's own prompt text of a Responses ``input``, thinking disabled."""
-    b = {"model": "DeepSeek-V4-Pro", "input": copy.deepcopy(items), "reasoning": {"effort": "none"}}
+    b = {
+        "model": "DeepSeek-V4-Pro",
+        "input": ids_in_written_order({"input": items})["input"],
+        "reasoning": {"effort": "none"},
+    }
     req = recipe.ResponsesRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False))
     return recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt
 

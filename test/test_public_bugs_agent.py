@@ -11,7 +11,6 @@ another spelling of the same conversation, the prompt ids of that other spelling
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -19,6 +18,7 @@ import deepseek_recipe as recipe
 import pytest
 from chat_tools_testutil import WEATHER as CHAT_TOOL
 from chat_tools_testutil import ChunkTM, _both, _folded, _message, client_for
+from deepseek_recipe_testutil import ids_in_written_order
 from dsml_testutil import dsml_block as _block
 from dsml_testutil import dsml_invoke as _invoke
 from dsml_testutil import dsml_param as _param
@@ -46,7 +46,7 @@ def _sse(tc: Any, body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
 def recipe_prompt(body: dict[str, Any], kind: Any = recipe.ChatCompletionRequest) -> str:
     """DeepSeek's own prompt text (the ``deepseek-recipe`` converter and V4 encoder, thinking off)
     of a Chat Completions or Responses request body."""
-    b = {**copy.deepcopy(body), "model": "DeepSeek-V4-Pro"}
+    b = {**ids_in_written_order(body), "model": "DeepSeek-V4-Pro"}
     for k in ("max_tokens", "max_output_tokens", "temperature", "stream"):
         b.pop(k, None)
     if kind is recipe.ChatCompletionRequest:
@@ -329,7 +329,7 @@ def test_spring_ai_5898_thinking_tool_loop_without_reasoning_content(tok: PreTra
     r = client.chat.completions.create(**body, extra_body=THINK)
     assert r.choices[0].message.content == "It is 18C."
     assert r.choices[0].message.model_extra["reasoning_content"] == "Checked."
-    b = {**copy.deepcopy(body), "model": "DeepSeek-V4-Pro", "thinking": {"type": "enabled"}}
+    b = {**ids_in_written_order(body), "model": "DeepSeek-V4-Pro", "thinking": {"type": "enabled"}}
     req = recipe.ChatCompletionRequest(b).convert(recipe.ConversionOptions())
     want = recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt
     # (the converter's default effort paragraph, absent from a request without reasoning_effort)
@@ -495,7 +495,7 @@ def test_chat_developer_messages_render_as_sglang_renders_them(
     r = tc.post("/v1/chat/completions", json=body)
     assert r.status_code == 200, r.text
     prompt = tok.decode(tm.received[-1].input_ids)
-    wire: dict[str, Any] = {"messages": copy.deepcopy(messages), "thinking": thinking}
+    wire: dict[str, Any] = {**ids_in_written_order({"messages": messages}), "thinking": thinking}
     if tools:
         wire["tools"] = [CHAT_TOOL]
     if thinking:  # the lowest effort: no effort paragraph, as the chat route without an effort

@@ -10,13 +10,13 @@ must render.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 import deepseek_recipe as recipe
 import pytest
 from anthropic_testutil import WEATHER, make_clients, post
+from deepseek_recipe_testutil import ids_in_written_order
 from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM, blocks
 from transformers import PreTrainedTokenizerFast
 
@@ -33,7 +33,7 @@ DELTA_OF = {
 def recipe_prompt(body: dict[str, Any]) -> str:
     """DeepSeek's own prompt text (``deepseek-recipe``'s Messages converter and V4 encoder) of a
     Messages request body whose thinking is disabled."""
-    b = {**copy.deepcopy(body), "model": "DeepSeek-V4-Pro", "thinking": {"type": "disabled"}}
+    b = {**ids_in_written_order(body, "toolu_"), "model": "DeepSeek-V4-Pro", "thinking": {"type": "disabled"}}
     b.pop("stream", None)
     req = recipe.MessagesRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False))
     return recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt

@@ -12,13 +12,13 @@ the text the model wrote.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 import deepseek_recipe as recipe
 import openai
 import pytest
+from deepseek_recipe_testutil import ids_in_written_order
 from fake_prompt_tm import CALL, MODEL, PromptTM
 from openai.types.responses import Response as OpenAIResponse
 from openai.types.responses import ResponseCustomToolCall, ResponseFunctionToolCall
@@ -69,7 +69,7 @@ def _prompt(tm: PromptTM) -> str:
 
 def _recipe_prompt(body: dict[str, Any]) -> str:
     """DeepSeek's own prompt text of a Responses request body, thinking disabled."""
-    b = {**copy.deepcopy(body), "model": "DeepSeek-V4-Pro", "reasoning": {"effort": "none"}}
+    b = {**ids_in_written_order(body), "model": "DeepSeek-V4-Pro", "reasoning": {"effort": "none"}}
     req = recipe.ResponsesRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False))
     return recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt
 

@@ -11,7 +11,6 @@ request must render, a cold run of the same conversation sent whole, and the ``o
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import deepseek_recipe as recipe
@@ -19,6 +18,7 @@ import pytest
 from anthropic.types import Message
 from anthropic_testutil import WEATHER as MESSAGES_WEATHER
 from anthropic_testutil import make_clients
+from deepseek_recipe_testutil import ids_in_written_order
 from fake_prompt_tm import CALL, MODEL, PromptTM
 from openai.types.responses import Response as OpenAIResponse
 from responses_testutil import WEATHER, make_client
@@ -30,14 +30,14 @@ pytestmark = pytest.mark.timeout(120)
 
 def _recipe_messages_prompt(body: dict[str, Any]) -> str:
     """DeepSeek's own prompt text of a Messages request body, thinking disabled."""
-    b = {**copy.deepcopy(body), "model": "DeepSeek-V4-Pro", "thinking": {"type": "disabled"}}
+    b = {**ids_in_written_order(body, "toolu_"), "model": "DeepSeek-V4-Pro", "thinking": {"type": "disabled"}}
     req = recipe.MessagesRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False))
     return recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt
 
 
 def _recipe_responses_prompt(body: dict[str, Any]) -> str:
     """DeepSeek's own prompt text of a Responses request body, thinking disabled."""
-    b = {**copy.deepcopy(body), "model": "DeepSeek-V4-Pro", "reasoning": {"effort": "none"}}
+    b = {**ids_in_written_order(body), "model": "DeepSeek-V4-Pro", "reasoning": {"effort": "none"}}
     req = recipe.ResponsesRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False))
     return recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt
 

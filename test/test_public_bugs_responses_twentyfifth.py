@@ -20,6 +20,7 @@ from typing import Any
 
 import deepseek_recipe as recipe
 import pytest
+from deepseek_recipe_testutil import ids_in_written_order
 from fake_prompt_tm import CALL, MODEL, D, PromptTM
 from openai.types.responses import Response, ResponseError, ResponseTextConfig
 from responses_testutil import WEATHER, make_client, post
@@ -39,7 +40,7 @@ TWO_CALLS = CALL.replace(f"</{D}tool_calls>", "") + CALL[CALL.index(f"<{D}invoke
 def _recipe_prompt(body: dict[str, Any], thinking: bool = False) -> str:
     """DeepSeek's own prompt text of a Responses body (its ``deepseek-recipe`` Responses converter
     and V4 encoder)."""
-    req = recipe.ResponsesRequest({**copy.deepcopy(body), "model": "DeepSeek-V4-Pro"})
+    req = recipe.ResponsesRequest({**ids_in_written_order(body), "model": "DeepSeek-V4-Pro"})
     opts = recipe.ConversionOptions(default_thinking_mode=thinking)
     return recipe.DeepseekV4Encoding().render_conversation(req.convert(opts).conversation).prompt
 

@@ -11,12 +11,12 @@ of the same request.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 import deepseek_recipe as recipe
 import pytest
+from deepseek_recipe_testutil import ids_in_written_order
 from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM
 from openai.types.responses import (
     Response,
@@ -49,7 +49,7 @@ def _required(model: type[BaseModel]) -> set[str]:
 def _recipe_prompt(body: dict[str, Any], thinking: bool) -> str:
     """DeepSeek's own prompt text of a Responses body (its ``deepseek-recipe`` Responses converter
     and V4 encoder)."""
-    req = recipe.ResponsesRequest({**copy.deepcopy(body), "model": "DeepSeek-V4-Pro"})
+    req = recipe.ResponsesRequest({**ids_in_written_order(body), "model": "DeepSeek-V4-Pro"})
     opts = recipe.ConversionOptions(default_thinking_mode=thinking)
     return recipe.DeepseekV4Encoding().render_conversation(req.convert(opts).conversation).prompt
 

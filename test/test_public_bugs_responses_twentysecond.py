@@ -10,13 +10,13 @@ converter and V4 encoder (``deepseek-recipe``), and a cold run of the same conve
 
 from __future__ import annotations
 
-import copy
 import typing
 from typing import Any
 
 import deepseek_recipe as recipe
 import openai
 import pytest
+from deepseek_recipe_testutil import ids_in_written_order
 from fake_prompt_tm import CALL, MODEL, PromptTM
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response as OpenAIResponse
@@ -35,7 +35,7 @@ def _sglang_prompt(messages: list[dict[str, Any]], thinking: bool) -> str:
     """SGLang's DeepSeek-V4 prompt of chat ``messages`` (no tools): its ``pre_normalize``, then
     DeepSeek's Chat Completions converter and V4 encoder."""
     renderer = pytest.importorskip("sglang.srt.parser.deepseek_recipe_renderer")
-    wire: dict[str, Any] = {"messages": copy.deepcopy(messages), "thinking": thinking}
+    wire: dict[str, Any] = {**ids_in_written_order({"messages": messages}), "thinking": thinking}
     if thinking:  # the lowest effort: no effort paragraph, as a request that names none
         wire["reasoning_effort"] = "low"
     req = {**renderer.pre_normalize(wire), "model": "DeepSeek-V4-Pro"}
@@ -307,7 +307,7 @@ def test_chat_service_tier_is_named_when_asked_and_checked(tok: PreTrainedTokeni
 def _recipe_prompt(body: dict[str, Any]) -> str:
     """DeepSeek's own prompt text of a Responses body (its ``deepseek-recipe`` Responses converter
     and V4 encoder, thinking off)."""
-    req = recipe.ResponsesRequest({**copy.deepcopy(body), "model": "DeepSeek-V4-Pro"})
+    req = recipe.ResponsesRequest({**ids_in_written_order(body), "model": "DeepSeek-V4-Pro"})
     return (
         recipe.DeepseekV4Encoding()
         .render_conversation(req.convert(recipe.ConversionOptions(default_thinking_mode=False)).conversation)

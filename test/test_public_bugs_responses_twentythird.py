@@ -10,7 +10,6 @@ of the same conversation.
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import deepseek_recipe as recipe
 import openai
 import pytest
+from deepseek_recipe_testutil import ids_in_written_order
 from fake_prompt_tm import MODEL, PromptTM
 from responses_testutil import CHAT_WEATHER, WEATHER, make_client, sse
 from sglang_v4.entrypoints.strict_json import is_json_object_prefix
@@ -34,7 +34,7 @@ def _prompt(tok: PreTrainedTokenizerFast, tm: PromptTM) -> str:
 def _recipe_prompt(body: dict[str, Any]) -> str:
     """DeepSeek's own prompt text of a Responses body (its ``deepseek-recipe`` Responses converter
     and V4 encoder, thinking off)."""
-    req = recipe.ResponsesRequest({**copy.deepcopy(body), "model": "DeepSeek-V4-Pro"})
+    req = recipe.ResponsesRequest({**ids_in_written_order(body), "model": "DeepSeek-V4-Pro"})
     return (
         recipe.DeepseekV4Encoding()
         .render_conversation(req.convert(recipe.ConversionOptions(default_thinking_mode=False)).conversation)
@@ -209,7 +209,7 @@ def test_arguments_python_alone_reads_as_json_are_replayed_as_written(
     }
     r = tc.post("/v1/chat/completions", json={"model": MODEL, **chat})
     assert r.status_code == 200, r.text
-    wire = {**copy.deepcopy(chat), "model": "DeepSeek-V4-Pro", "thinking": {"type": "disabled"}}
+    wire = {**ids_in_written_order(chat), "model": "DeepSeek-V4-Pro", "thinking": {"type": "disabled"}}
     conv = recipe.ChatCompletionRequest(wire).convert(recipe.ConversionOptions(default_thinking_mode=False))
     assert _prompt(tok, tm) == recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
 

@@ -36,7 +36,6 @@ oracle:
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import os
@@ -72,7 +71,9 @@ def recipe_encoding():  # noqa: ANN201 - a deepseek_recipe.DeepseekV4Encoding
 
 def _recipe_chat_ids(encoding: Any, body: dict[str, Any]) -> list[int]:
     """Prompt ids DeepSeek's converter + encoder give a Chat Completions body (chat mode)."""
-    b = copy.deepcopy(body)
+    from deepseek_recipe_testutil import ids_in_written_order
+
+    b = ids_in_written_order(body)
     b["model"] = MODEL
     b["thinking"] = {"type": "disabled"}
     conv = recipe.ChatCompletionRequest(b).convert(recipe.ConversionOptions()).conversation
@@ -484,8 +485,10 @@ def test_responses_instructions_and_system_items_render_as_deepseek_encoder(reci
 def _recipe_conversation(messages: list[dict[str, Any]], thinking: bool) -> Any:
     """The recipe's own message objects for a conversation of system / user / assistant / tool
     messages (the encoder's input, without the request converter)."""
+    from deepseek_recipe_testutil import ids_in_written_order
+
     out: list[Any] = []
-    for m in messages:
+    for m in ids_in_written_order({"messages": messages})["messages"]:
         role, content = m["role"], m.get("content") or ""
         if role == "system":
             out.append(recipe.SystemMessage(content))

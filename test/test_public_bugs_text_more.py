@@ -22,7 +22,6 @@ replayed here passed as they are.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 from typing import Any
@@ -68,7 +67,9 @@ def recipe_encoding():  # noqa: ANN201 - a deepseek_recipe.DeepseekV4Encoding
 
 # ----------------------------------------------------------------------------------------- helpers
 def _recipe_conversation(body: dict[str, Any]) -> Any:
-    b = copy.deepcopy(body)
+    from deepseek_recipe_testutil import ids_in_written_order
+
+    b = ids_in_written_order(body)
     b["model"] = "DeepSeek-V4-Pro"  # the recipe's V4 model name (its V4 encoding)
     b["thinking"] = {"type": "disabled"}
     return recipe.ChatCompletionRequest(b).convert(recipe.ConversionOptions()).conversation

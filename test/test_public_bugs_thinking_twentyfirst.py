@@ -35,6 +35,8 @@ from server_fixture import tokenizer_source_dir
 from transformers import PreTrainedTokenizerFast
 
 recipe = pytest.importorskip("deepseek_recipe")
+from deepseek_recipe_testutil import ids_in_written_order  # noqa: E402
+
 openai = pytest.importorskip("openai")
 
 from openai.types.chat import ChatCompletion, ChatCompletionChunk  # noqa: E402
@@ -58,7 +60,7 @@ def _official_dir(tmp_path: Path) -> str:
 
 
 def _recipe_request(body: dict[str, Any], thinking: bool, effort: str | None) -> Any:
-    b = {k: v for k, v in copy.deepcopy(body).items() if k not in ("chat_template_kwargs", "stream")}
+    b = {k: v for k, v in ids_in_written_order(body).items() if k not in ("chat_template_kwargs", "stream")}
     b.update(model="DeepSeek-V4-Pro", thinking={"type": "enabled" if thinking else "disabled"})
     if effort is not None:
         b["reasoning_effort"] = effort

@@ -36,7 +36,7 @@ recipe = pytest.importorskip("deepseek_recipe")
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
 
-from deepseek_recipe_testutil import recipe_message, recipe_prompt  # noqa: E402
+from deepseek_recipe_testutil import ids_in_written_order, recipe_message, recipe_prompt  # noqa: E402
 from openai.types.chat import ChatCompletionChunk  # noqa: E402
 from thinking_chat_testutil import (  # noqa: E402
     CALL,
@@ -563,9 +563,9 @@ def test_goai_142_signed_thinking_blocks_replayed_in_a_messages_history(
     tm, client = _messages_client(tok, "It is sunny.</think>Sunny in Paris.")
     r = client.post("/v1/messages", json=body)
     assert r.status_code == 200, r.text
-    conv = recipe.MessagesRequest({**copy.deepcopy(body), "model": "DeepSeek-V4-Pro"}).convert(
-        recipe.ConversionOptions(default_thinking_mode=False)
-    )
+    conv = recipe.MessagesRequest(
+        {**ids_in_written_order(body, "toolu_"), "model": "DeepSeek-V4-Pro"}
+    ).convert(recipe.ConversionOptions(default_thinking_mode=False))
     assert prompt_of(tok, tm) == recipe.DeepseekV4Encoding().render_conversation(conv.conversation).prompt
     out = Message.model_validate(r.json())
     if thinking["type"] == "enabled":

@@ -14,7 +14,6 @@ the reports.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from typing import Any
@@ -23,6 +22,7 @@ import deepseek_recipe as recipe
 import jsonschema
 import pytest
 from chat_tools_testutil import WEATHER, ChunkTM, ScriptedTM, _both, client_for
+from deepseek_recipe_testutil import ids_in_written_order
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from transformers import PreTrainedTokenizerFast
@@ -57,7 +57,7 @@ def _call_deltas(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _recipe_prompt(body: dict[str, Any]) -> str:
     """DeepSeek's own prompt text of a chat request body (its converter, then its V4 encoder),
     thinking disabled; raises ``recipe.ConversionError`` where DeepSeek's converter refuses it."""
-    b = {**copy.deepcopy(body), "model": "DeepSeek-V4-Pro"}
+    b = {**ids_in_written_order(body), "model": "DeepSeek-V4-Pro"}
     req = recipe.ChatCompletionRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False))
     return recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt
 

@@ -18,7 +18,6 @@ streamed chunk). Oracles: DeepSeek's own converters, V4 encoder and response par
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -34,6 +33,7 @@ from transformers import PreTrainedTokenizerFast
 
 recipe = pytest.importorskip("deepseek_recipe")
 
+from deepseek_recipe_testutil import ids_in_written_order  # noqa: E402
 from deepseek_recipe_testutil import recipe_body as _recipe_body  # noqa: E402
 from deepseek_recipe_testutil import recipe_message as _recipe_message  # noqa: E402
 
@@ -71,7 +71,7 @@ def _chat_recipe_ids(tok: PreTrainedTokenizerFast, body: dict[str, Any]) -> list
 def _responses_recipe_ids(tok: PreTrainedTokenizerFast, body: dict[str, Any]) -> list[int]:
     """Token ids of DeepSeek's prompt of a Responses body (its Responses converter, V4 encoder,
     thinking off)."""
-    req = recipe.ResponsesRequest({**copy.deepcopy(body), "model": "DeepSeek-V4-Pro"})
+    req = recipe.ResponsesRequest({**ids_in_written_order(body), "model": "DeepSeek-V4-Pro"})
     conv = req.convert(recipe.ConversionOptions(default_thinking_mode=False)).conversation
     return tok.encode(recipe.DeepseekV4Encoding().render_conversation(conv).prompt, add_special_tokens=False)
 

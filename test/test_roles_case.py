@@ -26,7 +26,7 @@ openai = pytest.importorskip("openai")
 
 from anthropic_testutil import make_clients  # noqa: E402
 from batches_testutil import read_lines, run_batch  # noqa: E402
-from deepseek_recipe_testutil import recipe_messages_prompt, recipe_prompt  # noqa: E402
+from deepseek_recipe_testutil import ids_in_written_order, recipe_messages_prompt, recipe_prompt  # noqa: E402
 from fake_prompt_tm import MODEL, PromptTM  # noqa: E402
 from openai.types.responses import ResponseInputItemParam  # noqa: E402
 from openai_fake_tm import FakeTM, app_client, oai_client  # noqa: E402
@@ -97,7 +97,11 @@ RESPONSES = [
 
 
 def _recipe_responses_prompt(items: list[dict[str, Any]]) -> str:
-    b = {"model": "DeepSeek-V4-Pro", "input": copy.deepcopy(items), "reasoning": {"effort": "none"}}
+    b = {
+        "model": "DeepSeek-V4-Pro",
+        "input": ids_in_written_order({"input": items})["input"],
+        "reasoning": {"effort": "none"},
+    }
     req = recipe.ResponsesRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False))
     return recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt
 
