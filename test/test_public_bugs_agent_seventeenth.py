@@ -229,7 +229,6 @@ def test_previous_output_items_replayed_as_input_reasoning_included(tok: PreTrai
 @pytest.mark.parametrize(
     "item",
     [
-        {"type": "item_reference", "id": "msg_123"},
         {
             "type": "computer_call_output",
             "call_id": "c1",
@@ -244,7 +243,8 @@ def test_unsupported_input_item_is_a_400_naming_it(
 ) -> None:
     """vllm-project/vllm#55974: an input item type the server does not serve fell through to the
     chat renderer and came back as a 500 (``'role'``). Expected: a 400 in OpenAI's error shape
-    whose ``param`` is the item's ``type`` field, and nothing queued."""
+    whose ``param`` is the item's ``type`` field, and nothing queued. (``item_reference`` items
+    are served: an unknown id is a 404, tested with the Responses reports.)"""
     tm = PromptTM(tok, reply="Done.")
     _, tc = make_client(tm)
     r = tc.post("/v1/responses", json={"model": MODEL, "input": [USER_ITEM, item]})
