@@ -133,7 +133,7 @@ def _router(seen: list[str], raw: dict[str, bytes] | None = None) -> web.Applica
         request.transport.abort()  # the worker died mid-answer
         return resp
 
-    app = web.Application()
+    app = web.Application(client_max_size=0)  # sglang-router's own bound is far larger
     app.router.add_post("/generate", generate)
     for path in ("/v1/chat/completions", "/v1/completions", "/v1/responses"):
         app.router.add_post(path, generate)
@@ -201,6 +201,50 @@ def test_connexion_737_generation_bodies_reach_the_router_whole(dp: SimpleNamesp
         assert dp.raw[f"{path} whole"] == body, path
 
 
+def test_sglang_6622_a_large_image_body_passes_the_gateway_whole(dp: SimpleNamespace) -> None:
+    """sgl-project/sglang#6622: a 10 MB JSON body (base64 images in a chat request) failed with
+    "payload reached size limit". The gateway reads a generation body to look for a rank pin;
+    aiohttp's own default refuses bodies over 1 MiB with a 413. Expected: a 12 MB chat body
+    (one base64 data-URL image) reaches the router byte for byte and is answered 200; bounding
+    bodies is the replica's to do, as a single server does."""
+    image = "data:image/png;base64," + "A" * (12 * 1024 * 1024)
+    body = json.dumps(
+        {
+            "model": "dsv4",
+            "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]}],
+        }
+    ).encode()
+    r = requests.post(
+        dp.url + "/v1/chat/completions",
+        data=body,
+        headers={"Content-Type": "application/json", "X-Tag": "large"},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text[:300]
+    assert dp.raw["/v1/chat/completions large"] == body
+
+
+def test_vllm_22227_every_ranks_histogram_is_whole_and_cumulative(dp: SimpleNamespace) -> None:
+    """vllm-project/vllm#22227: with several API servers each engine's histogram series had to be
+    exported per engine (``engine="0"``, ``engine="1"``) for the scrape to be right. Expected:
+    through the gateway each rank's ``_bucket`` series is cumulative (non-decreasing in ``le``),
+    its ``+Inf`` bucket equals its ``_count`` (the Prometheus text format's rule for histograms),
+    and each rank's buckets are that replica's own."""
+    text = requests.get(dp.url + "/metrics", timeout=10).text
+    name = "sglang:time_to_first_token_seconds"
+    for rank, (_, observed) in enumerate(REPLICA_METRICS):
+        buckets = sorted(
+            (float(s.labels["le"]), s.value)
+            for s in _samples(text, name + "_bucket")
+            if s.labels["dp_rank"] == str(rank)
+        )
+        assert [le for le, _ in buckets] == [0.1, 1.0, 5.0, float("inf")]
+        assert [v for _, v in buckets] == [float(sum(o <= le for o in observed)) for le, _ in buckets]
+        assert all(a[1] <= b[1] for a, b in zip(buckets, buckets[1:]))
+        (count,) = [s.value for s in _samples(text, name + "_count") if s.labels["dp_rank"] == str(rank)]
+        assert buckets[-1][1] == count == len(observed)
+
+
 def test_sglang_7597_rank_label_with_spaced_label_values_is_not_repeated(dp: SimpleNamespace) -> None:
     """sgl-project/sglang#7597: SGLang's per-scheduler metrics carry a ``dp_rank`` label, next to
     ``model_name`` and custom labels; through the gateway a label written before ``dp_rank`` whose
@@ -253,8 +297,8 @@ def test_dynamo_8601_one_rid_on_two_concurrent_requests_is_refused(dp: SimpleNam
     refuses the second with a 400 ``Duplicate request id 'x'.``; behind the gateway the router
     sent them to two replicas that both ran them. Expected: as a single server, on ``/generate``
     (native error shape) and on ``/v1/chat/completions`` (the ``openai`` client's
-    ``BadRequestError``); the first request unaffected, the rid free again once it ended, and
-    requests with other rids never refused."""
+    ``BadRequestError``); the first request unaffected, the rid free again once it ended (or its
+    client went away), and requests with other rids never refused."""
     body = {"text": "Hi", "rid": "same-1", "delay": 1.0}
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(requests.post, dp.url + "/generate", json=body, timeout=30)
@@ -273,6 +317,17 @@ def test_dynamo_8601_one_rid_on_two_concurrent_requests_is_refused(dp: SimpleNam
     assert dp.seen.count("same-1") == 1  # the duplicates never reached a replica
     again = requests.post(dp.url + "/generate", json={**body, "delay": 0}, timeout=10)
     assert again.status_code == 200, again.text
+    # a client that goes away frees its rid too (its request ended), long before the router would
+    # have answered it
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        requests.post(dp.url + "/generate", json={**body, "rid": "gone-1", "delay": 8.0}, timeout=0.5)
+    deadline = time.time() + 4
+    while (
+        r := requests.post(dp.url + "/generate", json={**body, "rid": "gone-1", "delay": 0}, timeout=10)
+    ).status_code == 400:
+        assert time.time() < deadline, r.text
+        time.sleep(0.05)
+    assert r.status_code == 200, r.text
 
     client = openai.OpenAI(base_url=dp.url + "/v1", api_key="none", max_retries=0)
     chat = {"model": "dsv4", "messages": [{"role": "user", "content": "Hello"}]}
