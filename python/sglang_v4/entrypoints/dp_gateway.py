@@ -18,6 +18,8 @@ the route's error shape. A JSON body of ``/generate`` or of those routes pinning
 SGLang's ``routed_dp_rank`` / ``data_parallel_rank`` (:func:`body_dp_rank`) goes to that replica
 too, the pin set to ``0`` there (the router would send it to any replica, which refused any rank
 but its own 0); a pinned rank outside ``[0, dp_size)`` is the gateway's 400 in SGLang's words.
+A generation request naming a ``rid`` that a request still passing through holds is the
+gateway's 400, as a single server refuses it (:mod:`sglang_v4.entrypoints.dp_gateway_rids`).
 ``/get_load``, ``/v1/loads``, ``/abort_request`` and ``/metrics``, which the router lacks, are answered from every replica
 (:mod:`sglang_v4.entrypoints.dp_gateway_fanout`); ``/flush_cache``, the runtime-control routes
 and ``/get_server_info``, which the router lacks or answers in its own shape, go to every replica
@@ -51,6 +53,7 @@ from yarl import URL
 
 from sglang_v4.entrypoints.dp_gateway_control import add_control_routes
 from sglang_v4.entrypoints.dp_gateway_fanout import add_fanout_routes
+from sglang_v4.entrypoints.dp_gateway_rids import DuplicateRid, RidsInFlight, body_rids
 from sglang_v4.entrypoints.dp_rank_header import (
     BODY_PIN_FIELDS,
     DP_RANK_HEADER,
@@ -137,7 +140,7 @@ async def _forward(
             that fails later ends the answer where it stands.
     """
     if body is None:
-        body = await request.read() if request.can_read_body else None
+        body = await request.read() if request.body_exists else None
     # the server hands the body over decoded: its Content-Encoding no longer applies
     headers = _forward_headers(request.headers, frozenset({"content-encoding"}))
     for name, value in (replace or {}).items():
@@ -243,6 +246,7 @@ def create_gateway_app(router_url: str, replica_urls: Sequence[str]) -> web.Appl
         raise ValueError("replica_urls: the gateway needs at least one replica")
     replicas = list(replica_urls)
     turn = itertools.cycle(range(len(replicas)))
+    in_flight = RidsInFlight()
     app = web.Application(client_max_size=0)  # bodies are the router's and replicas' to bound
 
     async def start(app: web.Application) -> None:
@@ -265,6 +269,16 @@ def create_gateway_app(router_url: str, replica_urls: Sequence[str]) -> web.Appl
         return _error(request, 503, "No replica answered.")
 
     async def other(request: web.Request) -> web.StreamResponse:
+        rids: list[str] = []
+        if request.method == "POST" and request.path in BODY_PIN_ROUTES and request.body_exists:
+            rids = body_rids(await request.read())  # read once: the body stays with the request
+        try:
+            with in_flight.hold(rids):
+                return await route(request)
+        except DuplicateRid as e:
+            return _error(request, 400, str(e))
+
+    async def route(request: web.Request) -> web.StreamResponse:
         raw_rank = request.headers.get(DP_RANK_HEADER)
         if raw_rank is not None and request.path in GATEWAY_HEADER_PIN_ROUTES:
             try:
@@ -272,13 +286,13 @@ def create_gateway_app(router_url: str, replica_urls: Sequence[str]) -> web.Appl
             except ValueError as e:
                 return _error(request, 400, str(e))
             assert rank is not None
-            body = _body_pins_zeroed(await request.read()) if request.can_read_body else None
+            body = _body_pins_zeroed(await request.read()) if request.body_exists else None
             try:  # the replica is one rank of its own: the header pins its rank 0
                 return await _forward(request, app[_SESSION], replicas[rank], _DP_RANK_FOR_REPLICA, body)
             except UpstreamUnanswered as e:
                 logger.warning("DP gateway: replica %d did not answer %s (%s)", rank, request.path, e)
                 return _error(request, 502, f"Data-parallel rank {rank} did not answer.")
-        if request.method == "POST" and request.path in BODY_PIN_ROUTES and request.can_read_body:
+        if request.method == "POST" and request.path in BODY_PIN_ROUTES and request.body_exists:
             try:
                 pinned = body_dp_rank(await request.read(), len(replicas))
             except ValueError as e:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlencode
@@ -74,23 +73,53 @@ def _family(line: str) -> str | None:
     return None
 
 
-#: A ``dp_rank`` label already on a sample (a replica's own ``/v1/loads?format=prometheus``).
-_RANK_LABEL = re.compile(r'([{,])dp_rank="[^"]*"')
+def _labels(text: str, start: int) -> tuple[list[tuple[str, str]], int] | None:
+    """The ``name="value"`` pairs of a label set whose ``{`` is at ``start - 1`` in ``text``
+    (each value as written, quotes and escapes kept: a value may hold spaces, ``,``, ``}`` and
+    ``\\"``), and the index just past its ``}``; ``None`` when the set is malformed."""
+    pairs: list[tuple[str, str]] = []
+    i, n = start, len(text)
+    while i < n:
+        while i < n and text[i] in " \t,":
+            i += 1
+        if i < n and text[i] == "}":
+            return pairs, i + 1
+        eq = text.find("=", i)
+        if eq == -1:
+            return None
+        name = text[i:eq].strip()
+        j = eq + 1
+        while j < n and text[j] in " \t":
+            j += 1
+        if j >= n or text[j] != '"' or not name:
+            return None
+        k = j + 1
+        while k < n and text[k] != '"':
+            k += 2 if text[k] == "\\" else 1
+        if k >= n:
+            return None
+        pairs.append((name, text[j : k + 1]))
+        i = k + 1
+    return None
 
 
 def _with_rank(sample: str, rank: int) -> str:
     """A sample line with ``dp_rank="rank"`` as its first label; a ``dp_rank`` label the sample
-    already has (the replica's own rank, always 0) gets the value ``rank`` instead, so the label
-    is never repeated (a repeated label makes the exposition invalid)."""
+    already has (the replica's own rank, always 0) is dropped, so the label is never repeated (a
+    repeated label name makes the exposition invalid). Label values are read as the text format
+    writes them (quoted, with escapes), so a value holding spaces, commas or braces -- a served
+    model name ``"DeepSeek V4 Flash"`` -- is kept whole."""
     label = f'dp_rank="{rank}"'
-    head = sample.split(" ", 1)[0]
-    if _RANK_LABEL.search(head):
-        return _RANK_LABEL.sub(lambda m: m.group(1) + label, head, count=1) + sample[len(head) :]
-    brace, space = sample.find("{"), sample.find(" ")
-    if brace != -1 and (space == -1 or brace < space):
-        rest = sample[brace + 1 :]
-        return f"{sample[:brace]}{{{label}{'' if rest.startswith('}') else ','}{rest}"
-    return f"{sample[:space]}{{{label}}}{sample[space:]}" if space != -1 else sample
+    name_end = next((i for i, c in enumerate(sample) if c in "{ \t"), len(sample))
+    name, rest = sample[:name_end], sample[name_end:]
+    if not rest.startswith("{"):
+        return f"{name}{{{label}}}{rest}"
+    parsed = _labels(sample, name_end + 1)
+    if parsed is None:  # not the text format: the label goes first, the rest as it came
+        return f"{name}{{{label},{rest[1:]}"
+    pairs, end = parsed
+    kept = [f"{k}={v}" for k, v in pairs if k != "dp_rank"]
+    return f"{name}{{{','.join([label, *kept])}}}{sample[end:]}"
 
 
 def merge_metrics(texts: Sequence[tuple[int, str]]) -> str:
