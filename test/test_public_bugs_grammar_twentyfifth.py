@@ -443,3 +443,21 @@ def test_hex_escape_takes_two_digits(backend: GrammarBackend, pattern: str) -> N
     class's control character as ``\\x01`` and reads the ``b`` into it), ``[\\x01\\d]`` took
     ``-``. Oracle: Python's ``re``."""
     _regex_agrees(backend, pattern)
+
+
+@pytest.mark.parametrize(
+    "pattern", [r"[^^\x41]", r"[^^\x01]+", r"[^^\u00e9]", r"[^^\x41b]", r"[^^\p{Lu}]", r"[^^-a\x01]"]
+)
+def test_literal_caret_first_in_a_translated_negated_class(backend: GrammarBackend, pattern: str) -> None:
+    """A negated class whose first member is a literal ``^`` (``[^^...]``: the second caret is a
+    member, Python's ``re`` and ECMA-262) and that is written out explicitly (a ``\\x`` escape, a
+    control character, a property): the members were re-read as ``[^...]``, so the literal caret
+    turned into a second negation (``[^^\\x41]`` took only ``A``-less text minus ``^`` inverted:
+    ``1`` was refused, ``^`` taken). Oracle: Python's ``re`` (the ``regex`` package for
+    ``\\p{Lu}``)."""
+    import regex as regex_pkg  # the regex package reads \p{...}; same reading as re otherwise
+
+    g = _grammar(backend, regex=pattern)
+    verdicts = [bool(regex_pkg.fullmatch(pattern, t)) for t in CLASS_TEXTS]
+    assert [_accepts(g, t) for t in CLASS_TEXTS] == verdicts, pattern
+    assert any(verdicts) and not all(verdicts)

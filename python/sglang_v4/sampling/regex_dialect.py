@@ -250,7 +250,9 @@ def _class(p: str, i: int, ignore_case: bool, schema: bool) -> tuple[str, int]:
             translate = True
             j = k + 2
         else:
-            rest.append("\\]" if p[j] == "]" else ("\\[" if p[j] == "[" else p[j]))
+            # "[^^a]": a caret member is escaped, or the members re-read as a class (_char_set)
+            # would take a first one as a second negation
+            rest.append("\\" + p[j] if p[j] in "[]^" else p[j])
             translate |= ord(p[j]) < 0x20 or 0x7F <= ord(p[j]) < 0xA0  # a NUL or control character
             j += 1
     if j >= len(p):
