@@ -35,46 +35,83 @@ class BatchLine:
     body: dict[str, Any]
 
 
-def _line_error(line: int, obj: Any, endpoint: str, seen: set[str]) -> BatchError | None:
+def _missing(field: str, line: int) -> BatchError:
+    return BatchError(
+        code="missing_required_parameter",
+        message=f"Missing required parameter: '{field}'.",
+        param=field,
+        line=line,
+    )
+
+
+def _line_errors(line: int, obj: Any, endpoint: str, seen: set[str]) -> list[BatchError]:
+    """Every fault of one parsed line, one entry per field at fault (``custom_id``, ``method``,
+    ``url``, ``body``, in that order), as OpenAI lists a line that lacks several fields once per
+    field. A string ``custom_id`` is recorded in ``seen`` even when the line has other faults, so
+    a later line reusing it is a duplicate."""
     if not isinstance(obj, dict):
-        return BatchError(code="invalid_request", message="The line must be a JSON object.", line=line)
+        return [BatchError(code="invalid_request", message="The line must be a JSON object.", line=line)]
+    errors: list[BatchError] = []
     custom_id = obj.get("custom_id")
-    if not isinstance(custom_id, str) or not custom_id:
-        return BatchError(
-            code="missing_required_parameter",
-            message="`custom_id` must be a non-empty string.",
-            param="custom_id",
-            line=line,
+    if custom_id is None:
+        errors.append(_missing("custom_id", line))
+    elif not isinstance(custom_id, str) or not custom_id:
+        errors.append(
+            BatchError(
+                code="invalid_value",
+                message=f"`custom_id` must be a non-empty string; got {custom_id!r}.",
+                param="custom_id",
+                line=line,
+            )
         )
-    if custom_id in seen:
-        return BatchError(
-            code="duplicate_custom_id",
-            message=f"The custom_id {custom_id!r} is used by an earlier line; each must be unique.",
-            param="custom_id",
-            line=line,
+    elif custom_id in seen:
+        errors.append(
+            BatchError(
+                code="duplicate_custom_id",
+                message=f"The custom_id {custom_id!r} is used by an earlier line; each must be unique.",
+                param="custom_id",
+                line=line,
+            )
         )
-    if obj.get("method") != "POST":
-        return BatchError(
-            code="invalid_value",
-            message=f"`method` must be 'POST'; got {obj.get('method')!r}.",
-            param="method",
-            line=line,
+    else:
+        seen.add(custom_id)
+    method = obj.get("method")
+    if method is None:
+        errors.append(_missing("method", line))
+    elif method != "POST":
+        errors.append(
+            BatchError(
+                code="invalid_value",
+                message=f"`method` must be 'POST'; got {method!r}.",
+                param="method",
+                line=line,
+            )
         )
-    if obj.get("url") != endpoint:
-        return BatchError(
-            code="mismatched_endpoint",
-            message=f"`url` {obj.get('url')!r} does not match the batch's endpoint {endpoint!r}.",
-            param="url",
-            line=line,
+    url = obj.get("url")
+    if url is None:
+        errors.append(_missing("url", line))
+    elif url != endpoint:
+        errors.append(
+            BatchError(
+                code="mismatched_endpoint",
+                message=f"`url` {url!r} does not match the batch's endpoint {endpoint!r}.",
+                param="url",
+                line=line,
+            )
         )
-    if not isinstance(obj.get("body"), dict):
-        return BatchError(
-            code="missing_required_parameter",
-            message="`body` must be a JSON object (the request to the endpoint).",
-            param="body",
-            line=line,
+    body = obj.get("body")
+    if body is None:
+        errors.append(_missing("body", line))
+    elif not isinstance(body, dict):
+        errors.append(
+            BatchError(
+                code="invalid_value",
+                message="`body` must be a JSON object (the request to the endpoint).",
+                param="body",
+                line=line,
+            )
         )
-    return None
+    return errors
 
 
 def parse_batch_input(content: bytes, endpoint: str) -> tuple[list[BatchLine], list[BatchError]]:
@@ -100,16 +137,16 @@ def parse_batch_input(content: bytes, endpoint: str) -> tuple[list[BatchLine], l
         try:
             obj = loads_json_body(raw)
         except orjson.JSONDecodeError:
-            err: BatchError | None = BatchError(
-                code="invalid_json_line", message="This line is not parseable as valid JSON.", line=number
-            )
+            line_errors = [
+                BatchError(
+                    code="invalid_json_line", message="This line is not parseable as valid JSON.", line=number
+                )
+            ]
         else:
-            err = _line_error(number, obj, endpoint, seen)
-        if err is not None:
-            if len(errors) < MAX_REPORTED_ERRORS:
-                errors.append(err)
+            line_errors = _line_errors(number, obj, endpoint, seen)
+        if line_errors:
+            errors.extend(line_errors[: MAX_REPORTED_ERRORS - len(errors)])
             continue
-        seen.add(obj["custom_id"])
         lines.append(BatchLine(obj["custom_id"], number, obj["body"]))
     if not lines and not errors:
         errors.append(BatchError(code="empty_file", message="The input file holds no requests."))

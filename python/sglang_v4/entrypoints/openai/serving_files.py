@@ -143,8 +143,9 @@ class FilesMixin(OpenAIServingBase):
 
     async def create_file(self, request: Request) -> Response:
         """``POST /v1/files``: store the form's ``file`` for ``purpose`` (with ``expires_after``,
-        :func:`upload_expiry_s`); the new file object. 400 for a missing field, an unknown purpose
-        or a bad ``expires_after``, 413 for a file over the size bound."""
+        :func:`upload_expiry_s`); the new file object. 400 for a missing field, an unknown purpose,
+        a bad ``expires_after`` or a ``purpose=batch`` file whose name does not end in ``.jsonl``
+        (as OpenAI answers it), 413 for a file over the size bound."""
 
         async def handle() -> Response:
             store = self.file_store
@@ -172,6 +173,12 @@ class FilesMixin(OpenAIServingBase):
                 raise RequestError("`file` is required (a file part of the form).", param="file")
             expires_after_s = upload_expiry_s(parts, purpose)
             filename, content = parts["file"]
+            if purpose == "batch" and filename and not filename.lower().endswith(".jsonl"):
+                # OpenAI refuses a batch input file by its name before reading it
+                raise RequestError(
+                    f"Invalid file format for Batch API. Must be .jsonl; got the file name {filename!r}.",
+                    param="file",
+                )
             try:
                 obj = store.create(content, filename or "upload", purpose, expires_after_s=expires_after_s)
             except FileTooLargeError as e:
