@@ -22,6 +22,7 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import DeepseekV4Config
 
 from sglang_v4.configs.rope_check import check_raw_rope_dicts, check_rope_parameters
+from sglang_v4.configs.scale_fmt import parse_scale_fmt
 
 logger = logging.getLogger(__name__)
 
@@ -382,6 +383,9 @@ class ModelConfig:
         generation_eos_token_ids: ``eos_token_id`` of the model directory's
             ``generation_config.json`` (an int or a list there; empty without the file), see
             :attr:`eos_token_ids`.
+        scale_fmt: ``quantization_config.scale_fmt``: ``"ue8m0"`` (power-of-two FP8 scales) or
+            ``None`` (exact ``amax / 448`` scales, also for transformers' ``"float"`` and for no
+            ``quantization_config``); another value is refused (:mod:`sglang_v4.configs.scale_fmt`).
     """
 
     hf: DeepseekV4Config
@@ -390,9 +394,11 @@ class ModelConfig:
     hca_layers: list[int] = field(default_factory=list)
     sliding_layers: list[int] = field(default_factory=list)
     generation_eos_token_ids: list[int] = field(default_factory=list)
+    scale_fmt: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         check_supported(self.hf)
+        self.scale_fmt = parse_scale_fmt(getattr(self.hf, "quantization_config", None))
         rates = self.hf.compress_rates
         self.compress_ratios = []
         for i, t in enumerate(self.hf.layer_types):
@@ -416,7 +422,9 @@ class ModelConfig:
         Raises:
             ValueError: if a field is invalid (``DeepseekV4Config``'s own validation,
                 :func:`check_raw_config`) or describes math the runtime does not compute
-                (:func:`check_supported`); the message names it.
+                (:func:`check_supported`, a ``quantization_config.scale_fmt`` other than ``"ue8m0"``,
+                ``"float"`` or absent / null: :func:`~sglang_v4.configs.scale_fmt.parse_scale_fmt`);
+                the message names it.
         """
         check_raw_config(raw)
         raw = _normalize_raw_config(raw)

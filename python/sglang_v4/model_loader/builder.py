@@ -15,6 +15,7 @@ import time
 import torch
 
 from sglang_v4.configs.model_config import ModelConfig
+from sglang_v4.configs.scale_fmt import UE8M0
 from sglang_v4.distributed.parallel_state import ParallelConfig, TPGroup
 from sglang_v4.layers.quantization import QuantConfig, resolve_quantization
 from sglang_v4.models.deepseek_v4 import DeepseekV4ForCausalLM
@@ -88,7 +89,9 @@ def resolve_model_quantization(
     (:func:`~sglang_v4.model_loader.expert_format.stored_expert_format`; not with
     ``load_format="dummy"`` or without a path) and the config, resolved by
     :func:`~sglang_v4.layers.quantization.resolve_quantization`. With ``warn``, a config that
-    disagrees with the stored experts is logged in one warning line naming both.
+    disagrees with the stored experts is logged in one warning line naming both, and so is
+    (:func:`scale_fmt_warning`) an FP8 checkpoint with exact activation scales (no
+    ``scale_fmt: ue8m0``) whose linears the CUDA kernels multiply with power-of-two ones.
 
     Raises:
         ValueError: as :func:`~sglang_v4.layers.quantization.resolve_quantization`.
@@ -99,10 +102,35 @@ def resolve_model_quantization(
         else StoredExpertFormat()
     )
     quant = resolve_quantization(quantization, model_config.hf, device_type, stored.fmt)
-    msg = expert_format_warning(model_config.hf, stored) if warn else None
-    if msg:
-        logger.warning("%s", msg)
+    if warn:
+        for msg in (
+            expert_format_warning(model_config.hf, stored),
+            scale_fmt_warning(model_config, quant, device_type),
+        ):
+            if msg:
+                logger.warning("%s", msg)
     return quant
+
+
+def scale_fmt_warning(model_config: ModelConfig, quant: QuantConfig | None, device_type: str) -> str | None:
+    """The load-time warning for a checkpoint whose ``quantization_config`` asks for exact
+    activation scales (``scale_fmt`` absent, null or ``"float"``: ``amax / 448``, DeepSeek-V3's
+    format) when the model keeps FP8 linears on CUDA: the Triton ``w8a8`` GEMMs (prefill batches
+    above ``W8A16_MAX_TOKENS`` tokens) round each 1x128 group's activation scale up to a power of
+    two (ue8m0) whatever ``scale_fmt`` says. ``None`` otherwise: ``scale_fmt: ue8m0``, no
+    ``quantization_config`` (weights quantized on load take ue8m0 scales), FP8 linears not kept,
+    or the CPU path (it never quantizes activations, as transformers on CPU)."""
+    qc = getattr(model_config.hf, "quantization_config", None)
+    if device_type != "cuda" or quant is None or quant.linear != "fp8" or not qc:
+        return None
+    if model_config.scale_fmt == UE8M0:
+        return None
+    return (
+        "quantization_config.scale_fmt is not 'ue8m0' (exact amax / 448 activation scales), but the "
+        "CUDA FP8 GEMMs that quantize activations (w8a8, prefill) round each 1x128 group's activation "
+        "scale up to a power of two; outputs may differ slightly from DeepSeek's reference for this "
+        "checkpoint (the CPU path and --quantization none do not quantize activations)"
+    )
 
 
 def get_model(

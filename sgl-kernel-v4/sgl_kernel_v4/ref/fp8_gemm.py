@@ -12,7 +12,11 @@ scale is the *inverse* quantization scale, HF's ``weight_scale_inv``).
 * activation-quantized (``w8a8``, DeepSeek's inference code ``act_quant`` + ``fp8_gemm``): ``x`` is
   quantized per 1x128 group along K to e4m3 with scale ``sx = amax / 448`` (amax clamped to
   ``>= 1e-4``), rounded up to a power of two (ue8m0, as V4's ``scale_fmt``), then
-  ``y = sum_kb (q[:, kb] @ w[:, kb]^T) * sx[:, kb] * s[nb, kb]``.
+  ``y = sum_kb (q[:, kb] @ w[:, kb]^T) * sx[:, kb] * s[nb, kb]``. The power-of-two rounding is
+  what the Triton kernels do whatever the checkpoint's ``scale_fmt``; DeepSeek's ``act_quant``
+  keeps the exact ``amax / 448`` when ``scale_fmt`` is absent (:func:`act_quant` with
+  ``pow2=False``). The CPU path (``variant=None``) quantizes no activations, as transformers
+  does on CPU (it dequantizes FP8 checkpoints), so it is exact under either ``scale_fmt``.
 
 Grouped projections (V4's grouped output projection ``o_a``) pass ``x [T, G, K]`` and a weight
 ``[G * N, K]``: group ``g`` multiplies ``x[:, g]`` by rows ``g*N .. (g+1)*N - 1``; the output is
