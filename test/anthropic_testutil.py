@@ -15,6 +15,7 @@ from pydantic import TypeAdapter
 from responses_testutil import sse
 from sglang_v4.entrypoints.anthropic import create_anthropic_router
 from sglang_v4.entrypoints.openai import create_openai_router
+from sglang_v4.entrypoints.route_errors import install_route_error_handler
 
 KEY = "s3cret"
 
@@ -54,6 +55,7 @@ def make_clients(
         allow_auto_truncate=auto_truncate,
     )
     app = FastAPI()
+    install_route_error_handler(app)  # as the server's app: unknown routes in the family's shape
     router = create_openai_router(tm, sa)
     app.include_router(router)
     app.include_router(create_anthropic_router(router.serving))
@@ -96,6 +98,7 @@ def _anthropic_client(tm: Any) -> anthropic.Anthropic:
     """The ``anthropic`` client over an app serving the OpenAI and Anthropic routes on ``tm``."""
     sa = SimpleNamespace(served_model_name="m", model_path=None, api_key=None, enable_cache_report=False)
     app = FastAPI()
+    install_route_error_handler(app)  # as the server's app: unknown routes in the family's shape
     router = create_openai_router(tm, sa)
     app.include_router(router)
     app.include_router(create_anthropic_router(router.serving))

@@ -422,7 +422,7 @@ BAD_INPUTS = [
 def test_bad_input_is_a_400_naming_the_field(tok: PreTrainedTokenizerFast, stream: bool) -> None:
     """Each bad field is a 400 in Anthropic's error shape whose message starts with the field as
     the client sent it, before anything reaches the engine; an unknown model is a 404
-    ``not_found_error``, an unknown route the framework's 404; the route serves the next
+    ``not_found_error``, so is an unknown route under ``/v1/messages/``; the route serves the next
     request."""
     tm = PromptTM(tok)
     client, _, tc = make_clients(tm)
@@ -452,7 +452,9 @@ def test_bad_input_is_a_400_naming_the_field(tok: PreTrainedTokenizerFast, strea
     assert ei.value.body["error"]["type"] == "not_found_error" and "claude-x" in ei.value.message
     r = tc.post("/v1/messages/count_tokens", json={"model": MODEL, "messages": []})
     assert r.status_code == 400 and r.json()["error"]["message"].startswith("messages")
-    assert tc.post("/v1/messages/batches", json={}).json() == {"detail": "Not Found"}
+    with pytest.raises(anthropic.NotFoundError) as ei:  # a route this server lacks: Anthropic's 404
+        client.post("/v1/messages/batches", body={}, cast_to=object)
+    assert ei.value.body["error"]["type"] == "not_found_error"
     assert client.messages.create(
         model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "q"}]
     ).content

@@ -3,9 +3,10 @@
 The route list is SGLang's own: its ``srt/entrypoints/http_server.py`` (with the routers it
 includes, ``v1_loads.py`` and ``elastic_ep.py``) read with ``ast`` from the installed ``sglang``
 package (importing that module needs SGLang's GPU-side dependencies). For each path and method the
-server either serves it (any answer but a 404 / 405) or answers FastAPI's JSON 404 ``{"detail":
-"Not Found"}``, which is SGLang's own answer for a route it lacks; every route answered so must be
-listed, with its reason, in ``docs/SGLANG_ROUTES.md``. No answer may be a 5xx, an HTML page, a
+server either serves it (any answer but a 404 / 405) or answers a JSON 404 / 405 for a route it
+lacks: FastAPI's ``{"detail": "Not Found"}`` on a native path (SGLang's own answer there), OpenAI's
+error object (``NotFoundError``, as the ``openai`` client reads it) under ``/v1/`` and Anthropic's
+``not_found_error`` under ``/v1/messages``; every route answered so must be listed, with its reason, in ``docs/SGLANG_ROUTES.md``. No answer may be a 5xx, an HTML page, a
 non-JSON error, a hang (each call has a timeout) or a crash (``/health`` stays 200). Bodies are
 chosen so that no call changes the shared server: the control routes get values they refuse.
 """
@@ -38,8 +39,13 @@ REFUSED_BODIES: dict[str, Any] = {
 }
 #: Values put in path parameters.
 PATH_PARAMS = {"{model:path}": "default", "{response_id}": "resp_unknown", "{method}": "dump"}
-#: FastAPI's answers for a path (404) or a method (405) the app has no route for.
+#: FastAPI's answers for a path (404) or a method (405) the app has no route for (native paths).
 NOT_SERVED = [(404, {"detail": "Not Found"}), (405, {"detail": "Method Not Allowed"})]
+#: The error ``type`` of such an answer under ``/v1/``: OpenAI's, then Anthropic's (``/v1/messages``).
+V1_NOT_SERVED_TYPES = {
+    404: ("NotFoundError", "not_found_error"),
+    405: ("MethodNotAllowedError", "invalid_request_error"),
+}
 #: Route paths served only with a flag (sglang-v4 and SGLang alike): out of this sweep.
 FLAG_ROUTES = {"/metrics"}
 
@@ -103,6 +109,23 @@ def documented_routes() -> set[tuple[str, str]]:
     return out
 
 
+def _is_not_served(path: str, status: int, body: Any) -> bool:
+    """Whether ``status`` / ``body`` is the answer for a route the server lacks (``NOT_SERVED``
+    on a native path; under ``/v1/`` the family's error object with the 404 / 405 type)."""
+    if not path.startswith("/v1/"):
+        return (status, body) in NOT_SERVED
+    if status not in V1_NOT_SERVED_TYPES or not isinstance(body, dict):
+        return False
+    openai_type, anthropic_type = V1_NOT_SERVED_TYPES[status]
+    err = body.get("error")
+    phrase = "Method Not Allowed" if status == 405 else "Not Found"  # the router's, then the route
+    if not isinstance(err, dict) or not str(err.get("message")).startswith(phrase):
+        return False  # a served route's own 404 (an unknown id, model...) names what it lacks
+    if path.startswith("/v1/messages"):
+        return body.get("type") == "error" and err.get("type") == anthropic_type
+    return body.get("object") == "error" and err.get("type") == openai_type
+
+
 def _is_json_error(body: Any) -> bool:
     """SGLang's error shapes: FastAPI's ``{"detail"}``, ``{"object": "error", "message", ...}``,
     the native ``{"error": {"message"}}`` / ``{"error": "..."}``, Anthropic's ``{"type": "error"}``."""
@@ -151,7 +174,7 @@ def test_every_sglang_route_is_served_or_a_documented_json_404(server) -> None:
             unserved = r.status_code in (404, 405)
         else:
             body = r.json() if "json" in ctype else None  # a 200 may be empty or plain text, as SGLang's
-            unserved = (r.status_code, body) in NOT_SERVED
+            unserved = _is_not_served(path, r.status_code, body)
             if not unserved and r.status_code >= 400 and not _is_json_error(body):
                 bad.append(what)
         if unserved and (method, path) not in documented:

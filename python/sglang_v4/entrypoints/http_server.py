@@ -106,6 +106,7 @@ from sglang_v4.entrypoints.native_api import error_body as native_error_body
 from sglang_v4.entrypoints.openai.request_errors import loads_json_body
 from sglang_v4.entrypoints.openapi_docs import install_openapi
 from sglang_v4.entrypoints.request_id import RequestIdMiddleware
+from sglang_v4.entrypoints.route_errors import install_route_error_handler
 from sglang_v4.entrypoints.route_families import import_route_modules
 from sglang_v4.entrypoints.route_families import mount_openai as _mount_openai
 from sglang_v4.entrypoints.server_info import build_model_info, build_server_info, read_model_config
@@ -261,6 +262,7 @@ def create_app(
     # --root-path: the routes answer with and without the proxy's prefix (root_path.py)
     app = FastAPI(lifespan=lifespan, root_path=server_args.root_path)
     install_openapi(app)  # /openapi.json with the routes' request bodies and error shape
+    install_route_error_handler(app)  # unknown /v1/ path or method: 404 / 405 in the route's shape
     app.state.sse_keep_alive_interval = server_args.sse_keep_alive_interval  # sse_response.py
     # Innermost: HEAD is answered as GET without the body on every GET route (head_requests.py).
     app.add_middleware(HeadAsGetMiddleware)

@@ -19,6 +19,14 @@ the route's own errors:
 
 The ``type`` is the status's (:func:`~sglang_v4.entrypoints.openai.protocol.error_type_for_status`:
 ``"service_unavailable"`` for 503, ``"server_error"`` for another 5xx).
+
+Starlette's router answers a path no route has (404) and a method the path's routes lack (405,
+with the ``Allow`` header) by raising its ``HTTPException`` before any handler runs.
+:func:`install_route_error_handler` gives those answers the same shapes under ``/v1/``: OpenAI's
+on the OpenAI paths, Anthropic's on ``/v1/messages*``. Other paths keep FastAPI's
+``{"detail": "Not Found"}`` / ``{"detail": "Method Not Allowed"}``, which SGLang answers there
+too (its own handler is registered for FastAPI's ``HTTPException`` subclass, which the router
+does not raise).
 """
 
 from __future__ import annotations
@@ -26,12 +34,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import orjson
+from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler as fastapi_http_exception_handler
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sglang_v4.entrypoints.anthropic.protocol import ANTHROPIC_ROUTES, anthropic_error_body
 from sglang_v4.entrypoints.native_api import error_body as native_error_body
 from sglang_v4.entrypoints.openai.protocol import error_body
+from sglang_v4.entrypoints.root_path import route_path
 
-__all__ = ["route_error_body", "wants_anthropic_errors"]
+__all__ = [
+    "http_exception_handler",
+    "install_route_error_handler",
+    "route_error_body",
+    "wants_anthropic_errors",
+]
 
 
 def wants_anthropic_errors(path: str, header_names: Iterable[str | bytes]) -> bool:
@@ -68,3 +86,42 @@ def route_error_body(path: str, status: int, message: str, anthropic: bool | Non
     if path.startswith("/v1/"):
         return orjson.dumps(error_body(message, status))
     return orjson.dumps(native_error_body(message, status))
+
+
+def _routing_message(request: Request, exc: StarletteHTTPException) -> str:
+    """The message of an ``HTTPException``: its ``detail``, naming the method and path when it is
+    the router's bare status phrase (``Not Found (POST /v1/chat/complete)``), and the allowed
+    methods of a 405 (``; allowed: POST``)."""
+    message = str(exc.detail)
+    if exc.status_code not in (404, 405) or message not in ("Not Found", "Method Not Allowed"):
+        return message
+    message = f"{message} ({request.method} {request.url.path})"
+    allow = (exc.headers or {}).get("Allow")
+    return f"{message}; allowed: {allow}" if allow else message
+
+
+async def http_exception_handler(request: Request, exc: StarletteHTTPException) -> Response:
+    """Starlette's ``HTTPException`` (the router's 404 / 405, or one a dependency raises) in the
+    shape of the path's route family (module docstring); the exception's headers (``Allow`` on a
+    405) are kept.
+
+    Args:
+        request: the request that raised.
+        exc: the exception; ``status_code`` is the answer's status.
+
+    Returns:
+        OpenAI's error body under ``/v1/``, Anthropic's on ``/v1/messages*`` (and ``/v1/models``
+        asked with ``anthropic-version``), else FastAPI's own ``{"detail": ...}`` answer.
+    """
+    path = route_path(request.scope)
+    if not path.startswith("/v1/"):
+        return await fastapi_http_exception_handler(request, exc)
+    anthropic = path.startswith("/v1/messages") or wants_anthropic_errors(path, request.headers.keys())
+    body = route_error_body(path, exc.status_code, _routing_message(request, exc), anthropic=anthropic)
+    return Response(body, exc.status_code, headers=exc.headers, media_type="application/json")
+
+
+def install_route_error_handler(app: FastAPI) -> None:
+    """Register :func:`http_exception_handler` on ``app`` for Starlette's ``HTTPException`` (and
+    so FastAPI's subclass), in place of FastAPI's default handler."""
+    app.add_exception_handler(StarletteHTTPException, http_exception_handler)

@@ -96,6 +96,7 @@ _ERROR_TYPES = {
     401: "AuthenticationError",
     403: "PermissionDeniedError",
     404: "NotFoundError",
+    405: "MethodNotAllowedError",
     408: "RequestTimeoutError",
     409: "ConflictError",
     413: "RequestTooLargeError",
