@@ -3,7 +3,8 @@
 ``stream_detok`` drives a fresh ``DetokenizerManager`` with ``BatchTokenIDOut`` messages the way
 the scheduler sends them (one request ``r``, a fixed number of new output ids a message, the last
 message finishing the request) and returns the text chunks it sent and its final text;
-``encode_plain`` and ``byte_token`` build the id sequences the tests feed it.
+``feed_each_token`` feeds a given ``DetokenizerManager`` one token a message and reports the text
+sent and the decode window after each; ``encode_plain`` and ``byte_token`` build the id sequences the tests feed it.
 """
 
 from __future__ import annotations
@@ -57,6 +58,29 @@ def stream_detok(
         prev = k
     assert final is not None and not dm.decode_status
     return chunks, final
+
+
+def feed_each_token(
+    dm: DetokenizerManager, ids: list[int], skip: bool = True
+) -> list[tuple[int, str, int | None]]:
+    """Feed ``ids`` to ``dm`` one token per scheduler message (the last one finishes the request
+    with the length); returns ``(k, text sent so far, decode window)`` after each message, the
+    window being the number of ids the request's decode state holds (``None`` once dropped)."""
+    out, sent = [], ""
+    for k in range(1, len(ids) + 1):
+        m = BatchTokenIDOut.empty()
+        m.append(
+            rid="r",
+            finished_reason=finish_length(k) if k == len(ids) else None,
+            output_ids=ids[k - 1 : k],
+            prompt_tokens=1,
+            completion_tokens=k,
+            skip_special_tokens=skip,
+        )
+        sent += dm.handle_batch_token_id_out(m).output_strs[0]
+        s = dm.decode_status.get("r")
+        out.append((k, sent, None if s is None else len(s.ids)))
+    return out
 
 
 def byte_token(hf: Any, b: int) -> int:

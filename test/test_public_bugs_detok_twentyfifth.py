@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from detokenizer_testutil import encode_plain, feed_each_token, stream_detok
 from openai_fake_tm import B, FakeTM, app_client, oai_client
 from sglang_v4.managers.detokenizer_manager import DetokenizerManager
 from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length
@@ -27,44 +28,6 @@ pytestmark = pytest.mark.timeout(240)
 
 FFFD = "\ufffd"
 USER, ASSISTANT = "<｜User｜>", "<｜Assistant｜>"
-
-
-def _enc(hf: Any, text: str) -> list[int]:
-    return hf.encode(text, add_special_tokens=False)
-
-
-def _stream(
-    tokenizer: Any,
-    ids: list[int],
-    reason: Any = None,
-    per_message: int = 1,
-    skip: bool = True,
-    **fields: Any,
-) -> tuple[list[str], str]:
-    """Feed ``ids`` to a fresh detokenizer ``per_message`` tokens a message (the last message
-    finishes with ``reason``, by default the length); returns the chunks sent and the final text."""
-    dm = DetokenizerManager(tokenizer)
-    chunks: list[str] = []
-    prev = 0
-    final = None
-    for k in [*range(per_message, len(ids), per_message), len(ids)]:
-        last = k == len(ids)
-        m = BatchTokenIDOut.empty()
-        m.append(
-            rid="r",
-            finished_reason=(reason or finish_length(k)) if last else None,
-            output_ids=ids[prev:k],
-            prompt_tokens=1,
-            completion_tokens=k,
-            skip_special_tokens=skip,
-            **fields,
-        )
-        out = dm.handle_batch_token_id_out(m)
-        chunks.append(out.output_strs[0])
-        final = out.final_strs[0]
-        prev = k
-    assert final is not None and not dm.decode_status
-    return chunks, final
 
 
 def _params(stop: list[str], hf: Any) -> SamplingParams:
@@ -83,7 +46,7 @@ def test_tgi_10_stop_string_inside_a_longer_token_is_seen(hf: Any) -> None:
     token ``");\\n"`` here), and no earlier one does (``str.find`` on ``transformers``' decode of
     each prefix is the oracle)."""
     text = "x = foo(j);\nbar"
-    ids = _enc(hf, text)
+    ids = encode_plain(hf, text)
     sp = _params([";"], hf)
     first = next(k for k in range(1, len(ids) + 1) if ";" in hf.decode(ids[:k]))
     assert hf.decode(ids[first - 1 : first]) != ";"  # the stop string is part of a longer token
@@ -103,11 +66,11 @@ def test_ollama_7158_text_before_the_stop_in_the_same_token_is_kept(
     of ``");\\n"``) and dropping the part after it (with ``no_stop_trim``: right after the stop
     string, the "\\n" of that token still dropped); the streamed chunks add up to it."""
     text = "x = foo(j);\nbar"
-    ids = _enc(hf, text)
+    ids = encode_plain(hf, text)
     first = next(k for k in range(1, len(ids) + 1) if ";" in hf.decode(ids[:k]))
     whole = hf.decode(ids[:first])
     end = whole.find(";") + (1 if no_stop_trim else 0)
-    chunks, final = _stream(
+    chunks, final = stream_detok(
         fast, ids[:first], {"type": "stop", "matched": ";"}, per_message, no_stop_trim=no_stop_trim
     )
     assert final == whole[:end] == ("x = foo(j);" if no_stop_trim else "x = foo(j)")
@@ -122,8 +85,8 @@ def test_cactus_199_pieces_of_a_multi_token_stop_string_do_not_stop(hf: Any) -> 
     string, not a token id."""
     stop = "<|im_end|>"
     text = "a < b | c, im_end, <|im_end|> tail"
-    ids = _enc(hf, text)
-    assert len(_enc(hf, stop)) > 1
+    ids = encode_plain(hf, text)
+    assert len(encode_plain(hf, stop)) > 1
     sp = _params([stop], hf)
     hits = [k for k in range(1, len(ids) + 1) if stop in hf.decode(ids[:k])]
     for k in range(1, hits[0]):
@@ -139,13 +102,13 @@ def test_koboldcpp_812_special_token_text_as_a_stop_string(fast: Any, hf: Any, s
     token is generated, and the final text holds nothing of it, whether special tokens are
     skipped or not (oracle: ``transformers``' decode of the ids before it)."""
     user = hf.convert_tokens_to_ids(USER)
-    ids = [*_enc(hf, "Sure, done."), user, *_enc(hf, "next")]
+    ids = [*encode_plain(hf, "Sure, done."), user, *encode_plain(hf, "next")]
     sp = _params([USER], hf)
     at = ids.index(user) + 1
     assert check_stop(ids[: at - 1], sp, set(), fast, False) is None
     reason = check_stop(ids[:at], sp, set(), fast, False)
     assert reason == {"type": "stop", "matched": USER}
-    chunks, final = _stream(fast, ids[:at], reason, skip=skip)
+    chunks, final = stream_detok(fast, ids[:at], reason, skip=skip)
     assert final == "".join(chunks) == hf.decode(ids[: at - 1]) == "Sure, done."
 
 
@@ -164,8 +127,16 @@ def test_tokenizers_826_added_tokens_keep_the_text_around_them(
     ``spaces_between_special_tokens`` says (a ``tokenizers`` decoder places no space around added
     tokens)."""
     user, asst = hf.convert_tokens_to_ids(USER), hf.convert_tokens_to_ids(ASSISTANT)
-    ids = [*_enc(hf, "you are the"), user, *_enc(hf, " with"), asst, asst, *_enc(hf, "and 世界"), user]
-    chunks, final = _stream(
+    ids = [
+        *encode_plain(hf, "you are the"),
+        user,
+        *encode_plain(hf, " with"),
+        asst,
+        asst,
+        *encode_plain(hf, "and 世界"),
+        user,
+    ]
+    chunks, final = stream_detok(
         fast, ids, per_message=per_message, skip=False, spaces_between_special_tokens=spaces
     )
     want = hf.decode(ids, skip_special_tokens=False)
@@ -180,7 +151,7 @@ def test_transformers_js_1139_skip_special_tokens_is_each_requests_own(fast: Any
     keeping them, each get ``transformers``' decode with their own setting, streamed and final."""
     pad = hf.convert_tokens_to_ids("<｜▁pad▁｜>")
     eos = hf.convert_tokens_to_ids(hf.eos_token)
-    ids = [*_enc(hf, "Hi 😊"), pad, *_enc(hf, " there"), eos]
+    ids = [*encode_plain(hf, "Hi 😊"), pad, *encode_plain(hf, " there"), eos]
     dm = DetokenizerManager(fast)
     sent = {"skip": "", "keep": ""}
     final: dict[str, str | None] = {}
@@ -216,19 +187,8 @@ def test_candle_3782_no_text_is_held_back_behind_complete_characters(fast: Any, 
     lose a leading space. Expected: after each token the text sent so far is exactly
     ``transformers``' decode of the ids so far (every complete character goes out at once,
     the first token's leading space included)."""
-    ids = _enc(hf, text)
-    dm = DetokenizerManager(fast)
-    sent = ""
-    for k in range(1, len(ids) + 1):
-        m = BatchTokenIDOut.empty()
-        m.append(
-            rid="r",
-            finished_reason=finish_length(k) if k == len(ids) else None,
-            output_ids=ids[k - 1 : k],
-            prompt_tokens=1,
-            completion_tokens=k,
-        )
-        sent += dm.handle_batch_token_id_out(m).output_strs[0]
+    ids = encode_plain(hf, text)
+    for k, sent, _ in feed_each_token(DetokenizerManager(fast), ids):
         want = hf.decode(ids[:k])
         if FFFD not in want:
             assert sent == want, k
@@ -244,8 +204,8 @@ def test_tokenizers_1666_stream_is_the_whole_decode_without_clean_up(
     the streamed chunks add up to ``transformers``' decode of the whole id list, spaces before
     punctuation and apostrophes kept as the tokenizer (no clean-up) writes them."""
     text = "I said: \"hi\". Don't , ok ? It 's fine ."
-    ids = _enc(hf, text)
-    chunks, final = _stream(fast, ids, per_message=per_message)
+    ids = encode_plain(hf, text)
+    chunks, final = stream_detok(fast, ids, per_message=per_message)
     assert "".join(chunks) == final == hf.decode(ids) == text
 
 
@@ -257,9 +217,9 @@ def test_tt_inference_server_2586_emoji_after_a_space_streams_without_replacemen
     Expected: no chunk holds U+FFFD, and the chunks add up to ``transformers``' decode of the
     whole id list (a skin-toned waving hand: two characters over four tokens)."""
     text = " 👋🏽 hi ☕"
-    ids = _enc(hf, text)
+    ids = encode_plain(hf, text)
     assert FFFD in hf.decode(ids[:1])
-    chunks, final = _stream(fast, ids)
+    chunks, final = stream_detok(fast, ids)
     assert not any(FFFD in c for c in chunks)
     assert "".join(chunks) == final == hf.decode(ids) == text
 
@@ -303,7 +263,7 @@ def test_drama_llama_93_agent_chat_prompt_with_tool_turns_holds_one_bos(tok: Any
     ]
     out = oai_client(c).chat.completions.create(model="dsv4-test", messages=msgs, tools=tools, max_tokens=1)
     sent = tm.received[-1]
-    ids = list(sent.input_ids) if sent.input_ids is not None else _enc(hf, sent.text)
+    ids = list(sent.input_ids) if sent.input_ids is not None else encode_plain(hf, sent.text)
     bos = hf.convert_tokens_to_ids(hf.bos_token)
     assert ids[0] == bos and ids.count(bos) == 1
     assert hf.decode(ids).count(B) == 1 and hf.decode(ids).startswith(B)
@@ -318,7 +278,7 @@ def test_unsloth_10312_token_id_prompt_keeps_its_bos_and_gets_no_second(tok: Any
     tm = FakeTM(tok)
     c = oai_client(app_client(tm))
     bos = hf.convert_tokens_to_ids(hf.bos_token)
-    body = _enc(hf, "Once upon a time")
+    body = encode_plain(hf, "Once upon a time")
     for prompt in ([bos, *body], body):
         out = c.completions.create(model="dsv4-test", prompt=prompt, max_tokens=1)
         assert list(tm.received[-1].input_ids) == prompt
@@ -339,7 +299,7 @@ def test_camelid_731_straddling_stop_never_resends_or_leaks_text(shared_fake_eng
     from server_fixture import FAKE_TEXT, hf_auto_tokenizer
 
     hf = hf_auto_tokenizer()
-    ids = _enc(hf, FAKE_TEXT)
+    ids = encode_plain(hf, FAKE_TEXT)
     at = next(k for k in range(1, len(ids) + 1) if stop in hf.decode(ids[:k]))
     assert stop not in hf.decode(ids[at - 1 : at])  # it straddles tokens
     sp = {"max_new_tokens": len(ids), "stop": [stop], "temperature": 0}

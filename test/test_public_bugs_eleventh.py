@@ -41,6 +41,7 @@ import pytest
 import requests
 import torch
 from control_testutil import hold_stream
+from detokenizer_testutil import feed_each_token
 from public_bugs_testutil import MODEL, USER, post, sse
 from server_fixture import (
     FAKE_ANSWER,
@@ -51,7 +52,6 @@ from server_fixture import (
     hf_auto_tokenizer,
 )
 from sglang_v4.managers.detokenizer_manager import MAX_HELD_TOKENS, DetokenizerManager
-from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length
 from sglang_v4.model_loader.quant import dequantize_fp4, quantize_fp4
 from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.sampling.stop_checker import check_stop
@@ -64,26 +64,6 @@ COMPLETIONS = "/v1/completions"
 FAKE_MODEL = "qa-model"  # plain_fake_server's --served-model-name
 FFFD = "\ufffd"
 STRAY = 225  # byte-level token of the lone UTF-8 continuation byte 0x80 (decodes to U+FFFD)
-
-
-def _feed(dm: DetokenizerManager, ids: list[int], skip: bool = True) -> list[tuple[int, str, int | None]]:
-    """Feed ``ids`` one token per scheduler message (the last one finishes the request);
-    returns ``(k, text sent so far, decode window)`` after each message."""
-    out, sent = [], ""
-    for k in range(1, len(ids) + 1):
-        m = BatchTokenIDOut.empty()
-        m.append(
-            rid="r",
-            finished_reason=finish_length(k) if k == len(ids) else None,
-            output_ids=ids[k - 1 : k],
-            prompt_tokens=1,
-            completion_tokens=k,
-            skip_special_tokens=skip,
-        )
-        sent += dm.handle_batch_token_id_out(m).output_strs[0]
-        s = dm.decode_status.get("r")
-        out.append((k, sent, None if s is None else len(s.ids)))
-    return out
 
 
 # --------------------------------------------------------------------------- FP4 weights
@@ -143,7 +123,7 @@ def test_sglang_34852_a_run_of_replacement_characters_still_streams(fast: FastTo
     head = hf.encode("ab", add_special_tokens=False)
     tail = hf.encode(" ok", add_special_tokens=False)
     ids = head + [STRAY] * 60 + tail
-    seen = _feed(DetokenizerManager(fast), ids)
+    seen = feed_each_token(DetokenizerManager(fast), ids)
     full = hf.decode(ids)
     assert full == "ab" + FFFD * 60 + " ok"
     for k, sent, window in seen[:-1]:
@@ -163,7 +143,7 @@ def test_sglang_95_a_completed_cjk_character_streams_at_once(fast: FastTokenizer
     text = "你好，世界！深度求索🙂。龘靐齉"
     ids = hf.encode(text, add_special_tokens=False)
     assert len(ids) > len(text) // 2  # some characters span several tokens
-    seen = _feed(DetokenizerManager(fast), ids)
+    seen = feed_each_token(DetokenizerManager(fast), ids)
     split = 0
     for k, sent, _ in seen:
         done = hf.decode(ids[:k])
