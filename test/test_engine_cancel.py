@@ -14,28 +14,13 @@ import signal
 from typing import Any
 
 import pytest
-from engine_testutil import _assert_released
-from server_fixture import fake_output_text, hf_auto_tokenizer
+from engine_testutil import HELD, _assert_released, engine_fixture, expected_fixture  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.timeout(240)
-
-HELD = {"prompt": "[hold] long", "sampling_params": {"max_new_tokens": 450}}
 
 
 class _Interrupted(Exception):
     """What the test's SIGALRM handler raises in the thread blocked on the Engine."""
-
-
-@pytest.fixture(scope="module")
-def engine(shared_fake_engine: Any) -> Any:
-    """conftest's session ``Engine`` on ``FakeScheduler`` (``[hold]`` prompts held)."""
-    return shared_fake_engine
-
-
-@pytest.fixture(scope="module")
-def expected() -> Any:
-    tok = hf_auto_tokenizer()
-    return lambda n: fake_output_text(tok, n)
 
 
 def _interrupt_after(seconds: float) -> None:

@@ -17,25 +17,10 @@ import time
 from typing import Any
 
 import pytest
-from engine_testutil import _assert_released
-from server_fixture import fake_output_text, hf_auto_tokenizer, start_fake_engine
+from engine_testutil import HELD, _assert_released, engine_fixture, expected_fixture  # noqa: F401 - fixtures
+from server_fixture import hf_auto_tokenizer, start_fake_engine
 
 pytestmark = pytest.mark.timeout(240)
-
-HELD = {"prompt": "[hold] long", "sampling_params": {"max_new_tokens": 450}}
-
-
-@pytest.fixture(scope="module")
-def engine(shared_fake_engine: Any) -> Any:
-    """conftest's session ``Engine`` on ``FakeScheduler`` (``[hold]`` prompts held)."""
-    return shared_fake_engine
-
-
-@pytest.fixture(scope="module")
-def expected() -> Any:
-    """``n`` -> the text of the fake model's first ``n`` tokens, as ``transformers`` decodes them."""
-    tok = hf_auto_tokenizer()
-    return lambda n: fake_output_text(tok, n)
 
 
 def _ctrl_c_after(seconds: float) -> threading.Timer:

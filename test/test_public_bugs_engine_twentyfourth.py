@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 from dsv4_testutil import random_ids
-from engine_testutil import _assert_released
+from engine_testutil import _assert_released, engine_fixture, expected_fixture  # noqa: F401 - fixtures
 from scheduler_testutil import PAGE, assert_idle, drain, make_scheduler, run_one, submit
-from server_fixture import fake_output_text, hf_auto_tokenizer
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -325,19 +324,6 @@ def test_sequential_aborts_at_every_stage_leave_no_slot_pinned(capped: Any) -> N
 
 
 # --- the offline Engine --------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def engine(shared_fake_engine: Any) -> Any:
-    """conftest's session ``Engine`` on ``FakeScheduler`` (``[hold]`` prompts held)."""
-    return shared_fake_engine
-
-
-@pytest.fixture(scope="module")
-def expected() -> Any:
-    """``n`` -> the text of the fake model's first ``n`` tokens, as ``transformers`` decodes them."""
-    tok = hf_auto_tokenizer()
-    return lambda n: fake_output_text(tok, n)
 
 
 def test_one_async_generate_frees_its_pages(engine: Any, expected: Any) -> None:

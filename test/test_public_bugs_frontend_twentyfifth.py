@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import requests
-from engine_testutil import _assert_released
+from engine_testutil import _assert_released, engine_fixture, expected_fixture  # noqa: F401 - fixtures
 from server_fixture import SECURED_API_KEY, ServerHandle, fake_output_text, hf_auto_tokenizer
 
 sgl = pytest.importorskip("sglang")
@@ -40,19 +40,6 @@ def server(secured_fake_server: ServerHandle) -> ServerHandle:
 def backend(server: ServerHandle) -> Any:
     """SGLang's ``RuntimeEndpoint`` on the keyed fake-model server, with the key."""
     return sgl.RuntimeEndpoint(server.url, api_key=SECURED_API_KEY)
-
-
-@pytest.fixture(scope="module")
-def engine(shared_fake_engine: Any) -> Any:
-    """conftest's session ``Engine`` on ``FakeScheduler`` (``[hold]`` prompts held)."""
-    return shared_fake_engine
-
-
-@pytest.fixture(scope="module")
-def expected() -> Any:
-    """``n`` -> the text of the fake model's first ``n`` tokens, as ``transformers`` decodes them."""
-    tok = hf_auto_tokenizer()
-    return lambda n: fake_output_text(tok, n)
 
 
 def _gen_program(prompt: str, **gen_kwargs: Any) -> Any:
