@@ -88,6 +88,11 @@ def ids(tm: PromptTM, k: int = -1) -> list[int]:
     return list(tm.received[k].input_ids)
 
 
+def edit_body(thinking: bool) -> dict[str, Any]:
+    """A fresh first-turn chat body: the system and user messages, the edit tool, ``thinking``."""
+    return {"messages": [SYSTEM, USER], "tools": [CHAT_EDIT], "chat_template_kwargs": {"thinking": thinking}}
+
+
 def chat(tc: Any, body: dict[str, Any]) -> dict[str, Any]:
     r = tc.post("/v1/chat/completions", json={"model": MODEL, **body})
     assert r.status_code == 200, r.text
@@ -106,7 +111,7 @@ def test_replayed_tool_call_keeps_the_models_key_order(tok: Any, echo: str) -> N
     render back to exactly the generated ids."""
     tm = PromptTM(tok, reply=EDIT_CALL)
     _, tc = make_client(tm)
-    body = {"messages": [SYSTEM, USER], "tools": [CHAT_EDIT], "chat_template_kwargs": {"thinking": False}}
+    body = edit_body(thinking=False)
     msg = chat(tc, body)
     (call,) = msg["tool_calls"]
     args = json.loads(call["function"]["arguments"], object_pairs_hook=OrderedDict)
@@ -285,11 +290,7 @@ def test_parallel_tool_results_in_completion_order_render_in_call_order(tok: Any
     which would not repeat the generated ids, so it is no oracle here.)"""
     tm = PromptTM(tok, reply=PARALLEL)
     _, tc = make_client(tm)
-    body: dict[str, Any] = {
-        "messages": [SYSTEM, USER],
-        "tools": [CHAT_EDIT],
-        "chat_template_kwargs": {"thinking": False},
-    }
+    body = edit_body(thinking=False)
     m = chat(tc, body)
     calls = m["tool_calls"]
     assert [json.loads(c["function"]["arguments"])["path"] for c in calls] == ["a.py", "b.py"]
@@ -356,11 +357,7 @@ def test_reasoning_echoed_in_a_thinking_tool_loop_is_cached(tok: Any, field: str
     reply = "I will edit calc.py.</think>" + EDIT_CALL
     tm = PromptTM(tok, reply=reply)
     _, tc = make_client(tm)
-    body: dict[str, Any] = {
-        "messages": [SYSTEM, USER],
-        "tools": [CHAT_EDIT],
-        "chat_template_kwargs": {"thinking": True},
-    }
+    body = edit_body(thinking=True)
     for _ in range(3):
         m = chat(tc, body)
         assert m["reasoning_content"] == "I will edit calc.py."
@@ -390,11 +387,7 @@ def test_empty_reasoning_on_a_tool_call_turn_renders_as_generated(tok: Any, reas
     reply = "</think>" + EDIT_CALL
     tm = PromptTM(tok, reply=reply)
     _, tc = make_client(tm)
-    body: dict[str, Any] = {
-        "messages": [SYSTEM, USER],
-        "tools": [CHAT_EDIT],
-        "chat_template_kwargs": {"thinking": True},
-    }
+    body = edit_body(thinking=True)
     m = chat(tc, body)
     assert not m.get("reasoning_content")
     (call,) = m["tool_calls"]
@@ -422,11 +415,7 @@ def test_follow_up_after_a_tool_chain_keeps_the_chain_cached(tok: Any) -> None:
     final = "Done editing.</think>Added sub()."
     tm = PromptTM(tok, reply=lambda p: final if len(tm.received) == 2 else call_reply)
     _, tc = make_client(tm)
-    body: dict[str, Any] = {
-        "messages": [SYSTEM, USER],
-        "tools": [CHAT_EDIT],
-        "chat_template_kwargs": {"thinking": True},
-    }
+    body = edit_body(thinking=True)
     m = chat(tc, body)
     (call,) = m["tool_calls"]
     body["messages"] = body["messages"] + [
@@ -457,11 +446,7 @@ def test_server_adds_no_volatile_text_to_the_prompt(tok: Any, monkeypatch: pytes
 
     tm = PromptTM(tok, reply="ok")
     _, tc = make_client(tm)
-    body: dict[str, Any] = {
-        "messages": [SYSTEM, USER],
-        "tools": [CHAT_EDIT],
-        "chat_template_kwargs": {"thinking": True},
-    }
+    body = edit_body(thinking=True)
     chat(tc, body)
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + 86_400 + 61)
