@@ -1,4 +1,4 @@
-"""Shared pieces of the chat-completions tool-calling tests: the weather tool, scripted and chunking fake tokenizer managers, an in-process OpenAI client over them, and a stream accumulator."""
+"""Shared pieces of the chat-completions tool-calling tests: the weather tool (also in the Responses API's flat shape), scripted and chunking fake tokenizer managers, an in-process OpenAI client over them, and a stream accumulator."""
 
 from __future__ import annotations
 
@@ -25,6 +25,13 @@ WEATHER = {
             "required": ["city"],
         },
     },
+}
+#: ``WEATHER`` in the Responses API's flat function-tool shape (no ``function`` wrapper).
+WEATHER_FLAT = {
+    "type": "function",
+    "name": "get_weather",
+    "description": WEATHER["function"]["description"],
+    "parameters": WEATHER["function"]["parameters"],
 }
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from chat_tools_testutil import WEATHER, ChunkTM, routes_client
+from chat_tools_testutil import WEATHER, WEATHER_FLAT, ChunkTM, routes_client
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
@@ -42,12 +42,6 @@ CHAT = "/v1/chat/completions"
 RESP = "/v1/responses"
 MSGS_PATH = "/v1/messages"
 MSGS = [{"role": "user", "content": "Weather in Paris?"}]
-FLAT = {
-    "type": "function",
-    "name": "get_weather",
-    "description": WEATHER["function"]["description"],
-    "parameters": WEATHER["function"]["parameters"],
-}
 ANTHROPIC_WEATHER = {
     "name": "get_weather",
     "description": WEATHER["function"]["description"],
@@ -132,7 +126,13 @@ def test_call_cut_by_max_tokens_reports_length_on_every_route(tok: PreTrainedTok
     assert _calls(folded.message) == want
 
     r = tc.post(
-        RESP, json={"model": "m", "input": "Weather in Paris?", "tools": [FLAT], "max_output_tokens": limit}
+        RESP,
+        json={
+            "model": "m",
+            "input": "Weather in Paris?",
+            "tools": [WEATHER_FLAT],
+            "max_output_tokens": limit,
+        },
     )
     assert r.status_code == 200, r.text
     resp = OpenAIResponse.model_validate(r.json())
@@ -283,7 +283,8 @@ def test_responses_call_in_one_engine_step_streams_its_whole_arguments(tok: PreT
     types, ``json.loads``."""
     reply = "Checking both." + CALL_TWO
     r = routes_client(_tm(tok, reply, per_chunk=100000)).post(
-        RESP, json={"model": "m", "input": "Weather in Rome and Oslo?", "tools": [FLAT], "stream": True}
+        RESP,
+        json={"model": "m", "input": "Weather in Rome and Oslo?", "tools": [WEATHER_FLAT], "stream": True},
     )
     assert r.status_code == 200, r.text
     events = [EVENTS.validate_python(e) for e in _chunks(r.text)]
@@ -405,7 +406,7 @@ def test_non_ascii_arguments_are_literal_utf8(tok: PreTrainedTokenizerFast, per_
     r = tc.post(CHAT, json={"model": "m", **body})
     plain = _calls(openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0].message)
     folded = _calls(_fold(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0].message)
-    r = tc.post(RESP, json={"model": "m", "input": "Weather?", "tools": [FLAT]})
+    r = tc.post(RESP, json={"model": "m", "input": "Weather?", "tools": [WEATHER_FLAT]})
     resp = OpenAIResponse.model_validate(r.json())
     responses = [(o.name, o.arguments) for o in resp.output if o.type == "function_call"]
     for got in (plain, folded, responses):

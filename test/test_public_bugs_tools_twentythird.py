@@ -22,7 +22,7 @@ import json
 from typing import Any
 
 import pytest
-from chat_tools_testutil import WEATHER, ChunkTM, client_for
+from chat_tools_testutil import WEATHER, WEATHER_FLAT, ChunkTM, client_for
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -40,12 +40,6 @@ from deepseek_recipe_testutil import recipe_message as _recipe_message  # noqa: 
 CHAT = "/v1/chat/completions"
 RESP = "/v1/responses"
 MSGS = [{"role": "user", "content": "Weather in Paris?"}]
-FLAT = {
-    "type": "function",
-    "name": "get_weather",
-    "description": WEATHER["function"]["description"],
-    "parameters": WEATHER["function"]["parameters"],
-}
 CALL_PARIS = dsml_invoke("get_weather", dsml_param("city", True, "Paris"), dsml_param("days", False, "3"))
 NOARG = {
     "type": "function",
@@ -122,7 +116,7 @@ def test_responses_history_with_malformed_arguments_renders_as_deepseek(
         {"type": "function_call_output", "call_id": "call_bad", "output": "invalid arguments"},
         {"role": "user", "content": "Continue."},
     ]
-    body = {"input": items, "tools": [FLAT]}
+    body = {"input": items, "tools": [WEATHER_FLAT]}
     tm = ChunkTM(tok, "Retrying.")
     _, tc = client_for(tm)
     r = tc.post(RESP, json={"model": "m", **body})
@@ -209,7 +203,7 @@ def test_function_call_item_has_an_fc_id_and_a_call_id_and_replays(tok: PreTrain
     served and renders DeepSeek's prompt. Oracle: ``openai``'s ``ResponseFunctionToolCall`` and
     DeepSeek's Responses converter."""
     _, tc = client_for(ChunkTM(tok, "Checking." + dsml_block(CALL_PARIS)))
-    r = tc.post(RESP, json={"model": "m", "input": "Weather in Paris?", "tools": [FLAT]})
+    r = tc.post(RESP, json={"model": "m", "input": "Weather in Paris?", "tools": [WEATHER_FLAT]})
     assert r.status_code == 200, r.text
     calls = [o for o in OpenAIResponse.model_validate(r.json()).output if o.type == "function_call"]
     assert len(calls) == 1
@@ -225,10 +219,10 @@ def test_function_call_item_has_an_fc_id_and_a_call_id_and_replays(tok: PreTrain
         ]
         tm = ChunkTM(tok, "Sunny.")
         _, tc2 = client_for(tm)
-        r2 = tc2.post(RESP, json={"model": "m", "input": items, "tools": [FLAT]})
+        r2 = tc2.post(RESP, json={"model": "m", "input": items, "tools": [WEATHER_FLAT]})
         assert r2.status_code == 200, r2.text
         assert list(tm.received[-1].input_ids) == _responses_recipe_ids(
-            tok, {"input": items, "tools": [FLAT]}
+            tok, {"input": items, "tools": [WEATHER_FLAT]}
         )
 
 
@@ -244,7 +238,7 @@ def test_streamed_function_call_item_is_closed_before_completed(
     ``response.completed``, whose output equals the non-streamed one (ids aside). Oracle:
     ``openai``'s event types and the non-streamed response."""
     _, tc = client_for(ChunkTM(tok, "Let me look." + dsml_block(CALL_PARIS), per_chunk=per_chunk))
-    body = {"input": "Weather in Paris?", "tools": [FLAT]}
+    body = {"input": "Weather in Paris?", "tools": [WEATHER_FLAT]}
     events = _events(tc, body)
     kinds = [e.type for e in events]
     args_done = kinds.index("response.function_call_arguments.done")
@@ -335,7 +329,7 @@ def test_forced_tool_choice_on_responses_streams_the_whole_arguments(tok: PreTra
     Oracle: DeepSeek's response parser and ``openai``'s event types."""
     reply = dsml_block(CALL_PARIS)
     _, tc = client_for(_grammar_tm(tok, reply, per_chunk=2))
-    events = _events(tc, {"input": "Weather in Paris?", "tools": [FLAT], "tool_choice": "required"})
+    events = _events(tc, {"input": "Weather in Paris?", "tools": [WEATHER_FLAT], "tool_choice": "required"})
     deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
     done = [e.arguments for e in events if e.type == "response.function_call_arguments.done"]
     final = [o for o in events[-1].response.output if o.type == "function_call"]
@@ -377,7 +371,7 @@ def test_nameless_named_tool_choice_is_a_400_naming_the_name(
     err = r.json()["error"]
     assert err["param"] == "tool_choice.function.name" and "tool_choice.function.name" in err["message"]
     flat = {"type": "function", **({"name": function["name"]} if "name" in function else {})}
-    r = tc.post(RESP, json={"model": "m", "input": "Weather?", "tools": [FLAT], "tool_choice": flat})
+    r = tc.post(RESP, json={"model": "m", "input": "Weather?", "tools": [WEATHER_FLAT], "tool_choice": flat})
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"] == "tool_choice.name" and "tool_choice.name" in err["message"]
@@ -525,7 +519,7 @@ def test_responses_parallel_tool_calls_streamed_and_not(tok: PreTrainedTokenizer
     assert len(want) == 2
     want = want if parallel else want[:1]
     _, tc = client_for(ChunkTM(tok, reply, per_chunk=3))
-    body = {"input": "Weather in Paris and Oslo?", "tools": [FLAT], "parallel_tool_calls": parallel}
+    body = {"input": "Weather in Paris and Oslo?", "tools": [WEATHER_FLAT], "parallel_tool_calls": parallel}
     plain = OpenAIResponse.model_validate(tc.post(RESP, json={"model": "m", **body}).json())
     streamed = _events(tc, body)[-1].response
     for resp in (plain, streamed):
