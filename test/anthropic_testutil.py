@@ -1,4 +1,4 @@
-"""Shared pieces of the Anthropic Messages API tests: the weather tool in both API shapes, the API key, in-process Anthropic / OpenAI clients over a fake tokenizer manager, and a raw POST helper."""
+"""Shared pieces of the Anthropic Messages API tests: the weather tool in both API shapes, the API key, in-process Anthropic / OpenAI clients over a fake tokenizer manager, a raw POST helper, the served prompt of a request (``served_prompt``) and content blocks stripped of per-response fields (``comparable_content``)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ CHAT_WEATHER = {
 
 
 EVENTS = TypeAdapter(RawMessageStreamEvent)
+NO_THINK = {"type": "disabled"}
 
 
 def make_clients(
@@ -105,3 +106,18 @@ def _anthropic_client(tm: Any) -> anthropic.Anthropic:
     return anthropic.Anthropic(
         base_url="http://testserver", api_key="x", http_client=TestClient(app), max_retries=0
     )
+
+
+def comparable_content(blocks_: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Content blocks without their per-response fields (``id``, ``signature``) and unset ones."""
+    return [{k: v for k, v in b.items() if v is not None and k not in ("id", "signature")} for b in blocks_]
+
+
+def served_prompt(tok: Any, body: dict[str, Any]) -> tuple[str, int, int]:
+    """The prompt text the Messages request ``body`` (thinking off) runs on, its token count, and
+    the ``count_tokens`` answer for the same fields (one ``PromptTM`` replying "Sunny.")."""
+    tm = PromptTM(tok, reply="Sunny.")
+    client, _, _ = make_clients(tm)
+    client.messages.create(model=MODEL, max_tokens=20, thinking=NO_THINK, **body)
+    counted = client.messages.count_tokens(model=MODEL, thinking=NO_THINK, **body).input_tokens
+    return tok.decode(tm.received[-1].input_ids), len(tm.received[-1].input_ids), counted

@@ -16,14 +16,13 @@ from typing import Any
 
 import anthropic
 import pytest
-from anthropic_testutil import WEATHER, make_clients, post
+from anthropic_testutil import NO_THINK, WEATHER, comparable_content, make_clients, post, served_prompt
 from deepseek_recipe_testutil import recipe_messages_prompt, recipe_messages_response
 from fake_prompt_tm import ARGS, CALL, MODEL, D, PromptTM, blocks
 from transformers import PreTrainedTokenizerFast
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 THINK = {"type": "enabled", "budget_tokens": 1024}
-NO_THINK = {"type": "disabled"}
 REASONING = "The user asks about the weather, so I should look it up before answering"
 CALL_USE = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}
 RESULT = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny, 25C"}
@@ -31,21 +30,6 @@ RESULT = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny, 25
 
 def _text(s: str) -> dict[str, Any]:
     return {"type": "text", "text": s}
-
-
-def _content(blocks_: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Content blocks without their per-response fields (``id``, ``signature``) and unset ones."""
-    return [{k: v for k, v in b.items() if v is not None and k not in ("id", "signature")} for b in blocks_]
-
-
-def _served(tok: PreTrainedTokenizerFast, body: dict[str, Any]) -> tuple[str, int, int]:
-    """The prompt text the Messages request ``body`` (thinking off) runs on, its token count, and
-    the ``count_tokens`` answer for the same fields."""
-    tm = PromptTM(tok, reply="Sunny.")
-    client, _, _ = make_clients(tm)
-    client.messages.create(model=MODEL, max_tokens=20, thinking=NO_THINK, **body)
-    counted = client.messages.count_tokens(model=MODEL, thinking=NO_THINK, **body).input_tokens
-    return tok.decode(tm.received[-1].input_ids), len(tm.received[-1].input_ids), counted
 
 
 def _tool_turn(assistant: list[dict[str, Any]]) -> dict[str, Any]:
@@ -80,7 +64,7 @@ def test_empty_text_blocks_beside_tool_use_render_the_recipe_prompt(
     renders; an empty block before the text adds no blank line in front of it (it added
     ``"\\n\\n"`` here before), and ``count_tokens`` counts that prompt."""
     body = _tool_turn(assistant)
-    prompt, n, counted = _served(tok, body)
+    prompt, n, counted = served_prompt(tok, body)
     assert prompt == recipe_messages_prompt(body)
     assert counted == n
 
@@ -90,8 +74,8 @@ def test_empty_text_block_before_a_prefill_adds_nothing(tok: PreTrainedTokenizer
     a leading empty ``text`` block must not put a blank line in front of the prefilled text. The
     served prompt ends with the prefill exactly as a string content renders it, and the non-final
     rendering of the same turn is DeepSeek's own Messages converter's."""
-    as_string, _, _ = _served(tok, {"messages": [*USER, {"role": "assistant", "content": "It is"}]})
-    as_blocks, n, counted = _served(
+    as_string, _, _ = served_prompt(tok, {"messages": [*USER, {"role": "assistant", "content": "It is"}]})
+    as_blocks, n, counted = served_prompt(
         tok, {"messages": [*USER, {"role": "assistant", "content": [_text(""), _text("It is")]}]}
     )
     assert as_blocks == as_string and as_blocks.endswith("</think>It is")
@@ -103,7 +87,7 @@ def test_empty_text_block_before_a_prefill_adds_nothing(tok: PreTrainedTokenizer
             {"role": "user", "content": "And tomorrow?"},
         ]
     }
-    assert _served(tok, later)[0] == recipe_messages_prompt(later)
+    assert served_prompt(tok, later)[0] == recipe_messages_prompt(later)
 
 
 @pytest.mark.parametrize(
@@ -119,7 +103,7 @@ def test_text_after_tool_use_in_an_assistant_turn_is_served(
     own Messages converter renders the same blocks with the text first (the V4 template writes an
     assistant turn's text before its calls, and the converter itself refuses the text-after form),
     and ``count_tokens`` agrees."""
-    served, n, counted = _served(tok, _tool_turn([_text("Let me check."), CALL_USE, *after]))
+    served, n, counted = served_prompt(tok, _tool_turn([_text("Let me check."), CALL_USE, *after]))
     text_first = _tool_turn([_text("Let me check."), *after, CALL_USE])
     assert served == recipe_messages_prompt(text_first)
     assert counted == n
@@ -142,8 +126,8 @@ def test_replayed_thinking_without_a_signature_is_served(
     converter's prompt."""
     signed = _tool_turn([{**thinking, "signature": "sig"}, CALL_USE])
     body = _tool_turn([thinking, CALL_USE])
-    prompt, n, counted = _served(tok, body)
-    assert prompt == _served(tok, signed)[0] == recipe_messages_prompt(signed)
+    prompt, n, counted = served_prompt(tok, body)
+    assert prompt == served_prompt(tok, signed)[0] == recipe_messages_prompt(signed)
     assert counted == n
 
 
@@ -171,7 +155,9 @@ def test_thinking_block_signature_is_sent_streamed_and_not(tok: PreTrainedTokeni
         final = s.get_final_message()
     assert final.content[0].type == "thinking" and final.content[0].signature == sig
     want = recipe_messages_response({"messages": USER}, reply, thinking=True)["content"]
-    assert _content(blocks(final)) == _content(body["content"]) == _content(want)
+    assert (
+        comparable_content(blocks(final)) == comparable_content(body["content"]) == comparable_content(want)
+    )
 
 
 def test_tool_choice_none_is_served_with_the_recipe_prompt(tok: PreTrainedTokenizerFast) -> None:
@@ -265,7 +251,7 @@ def test_cut_stream_closes_its_open_block_before_message_delta(
     assert body["stop_reason"] == events[-2]["delta"]["stop_reason"] == "max_tokens"
     with client.messages.stream(model=MODEL, **req) as s:  # type: ignore[arg-type]
         final = s.get_final_message()
-    assert _content(blocks(final)) == _content(body["content"])
+    assert comparable_content(blocks(final)) == comparable_content(body["content"])
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -15,36 +15,20 @@ from typing import Any
 
 import deepseek_recipe as recipe
 import pytest
-from anthropic_testutil import WEATHER, make_clients, post
+from anthropic_testutil import NO_THINK, WEATHER, comparable_content, make_clients, post, served_prompt
 from deepseek_recipe_testutil import recipe_messages_prompt, recipe_messages_response
 from fake_prompt_tm import ARGS, CALL, MODEL, D, PromptTM, blocks
 from transformers import PreTrainedTokenizerFast
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 THINK = {"type": "enabled", "budget_tokens": 1024}
-NO_THINK = {"type": "disabled"}
 REASONING = "The user asks about the weather, so I should look it up before answering"
 CALL_USE = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}
 RESULT = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny, 25C"}
 
 
-def _content(blocks_: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Content blocks without their per-response fields (``id``, ``signature``) and unset ones."""
-    return [{k: v for k, v in b.items() if v is not None and k not in ("id", "signature")} for b in blocks_]
-
-
 def _prompt(tm: PromptTM, tok: PreTrainedTokenizerFast) -> str:
     return tok.decode(tm.received[-1].input_ids)
-
-
-def _served_prompt(tok: PreTrainedTokenizerFast, body: dict[str, Any]) -> tuple[str, int, int]:
-    """The prompt text the Messages request ``body`` (thinking off) runs on, its token count, and
-    the ``count_tokens`` answer for the same fields."""
-    tm = PromptTM(tok, reply="Sunny.")
-    client, _, _ = make_clients(tm)
-    client.messages.create(model=MODEL, max_tokens=20, thinking=NO_THINK, **body)
-    counted = client.messages.count_tokens(model=MODEL, thinking=NO_THINK, **body).input_tokens
-    return _prompt(tm, tok), len(tm.received[-1].input_ids), counted
 
 
 REMINDER = "The date has changed. Today's date is now 2026-12-08."
@@ -80,8 +64,8 @@ def test_system_message_inside_messages_stays_at_its_place(
         **first,
         "messages": [*before, {"role": "system", "content": [{"type": "text", "text": REMINDER}]}],
     }
-    base, _, _ = _served_prompt(tok, first)
-    prompt, n, counted = _served_prompt(tok, nudged)
+    base, _, _ = served_prompt(tok, first)
+    prompt, n, counted = served_prompt(tok, nudged)
     assert prompt == recipe_messages_prompt(nudged)
     assert base == recipe_messages_prompt(first)
     head = base.removesuffix("<｜Assistant｜></think>")
@@ -102,7 +86,7 @@ def test_system_messages_of_later_turns_keep_earlier_prompts_as_prefixes(
     prompts = []
     for k in range(3):
         body = {"system": "Be brief.", "messages": list(msgs)}
-        prompt, _, _ = _served_prompt(tok, body)
+        prompt, _, _ = served_prompt(tok, body)
         assert prompt == recipe_messages_prompt(body)
         prompts.append(prompt.removesuffix("<｜Assistant｜></think>"))
         msgs += [
@@ -136,7 +120,7 @@ def test_unclosed_reasoning_is_one_thinking_block_not_repeated_as_text(
     body, events = post(tc, {"messages": USER, "thinking": THINK, "max_tokens": max_tokens})
     sent = tok.decode(tok.encode(reply, add_special_tokens=False)[:max_tokens])
     want = recipe_messages_response({"messages": USER}, sent, thinking=True, finish=finish)
-    assert _content(body["content"]) == _content(want["content"])
+    assert comparable_content(body["content"]) == comparable_content(want["content"])
     assert [b["type"] for b in body["content"]] == ["thinking"]
     assert body["stop_reason"] == want["stop_reason"]
     assert [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"] == ["thinking"]
@@ -145,7 +129,7 @@ def test_unclosed_reasoning_is_one_thinking_block_not_repeated_as_text(
     )
     with client.messages.stream(model=MODEL, max_tokens=max_tokens, messages=USER, thinking=THINK) as s:
         final = s.get_final_message()
-    assert _content(blocks(final)) == _content(body["content"])
+    assert comparable_content(blocks(final)) == comparable_content(body["content"])
     assert final.stop_reason == body["stop_reason"]
 
 
@@ -166,7 +150,7 @@ def test_reasoning_is_a_thinking_block_streamed_or_not(tok: PreTrainedTokenizerF
     else:
         msg = client.messages.create(**kw)
     want = recipe_messages_response({"messages": USER}, reply, thinking=True)
-    assert _content(blocks(msg)) == _content(want["content"])
+    assert comparable_content(blocks(msg)) == comparable_content(want["content"])
     assert msg.content[0].type == "thinking" and msg.content[0].signature
     assert msg.stop_reason == want["stop_reason"] == "end_turn"
 
@@ -237,7 +221,11 @@ def test_tool_use_block_is_the_recipe_call_streamed_or_not(tok: PreTrainedTokeni
     ) as s:
         final = s.get_final_message()
     want = recipe_messages_response({"messages": USER, "tools": [WEATHER]}, reply, thinking=thinking)
-    assert _content(body["content"]) == _content(want["content"]) == _content(blocks(final))
+    assert (
+        comparable_content(body["content"])
+        == comparable_content(want["content"])
+        == comparable_content(blocks(final))
+    )
     assert body["content"][-1]["input"] == ARGS
     assert body["stop_reason"] == final.stop_reason == want["stop_reason"] == "tool_use"
 
@@ -271,10 +259,14 @@ def test_disable_parallel_tool_use_gives_at_most_one_tool_use(
     body, _ = post(tc, {**req, "tool_choice": choice})
     with client.messages.stream(model=MODEL, tool_choice=choice, **req) as s:  # type: ignore[arg-type]
         final = s.get_final_message()
-    assert _content(body["content"]) == _content(blocks(final)) == _content(want[:1])
+    assert (
+        comparable_content(body["content"])
+        == comparable_content(blocks(final))
+        == comparable_content(want[:1])
+    )
     assert body["stop_reason"] == final.stop_reason == "tool_use"
     both, _ = post(tc, {**req, "tool_choice": {"type": kind}})
-    assert _content(both["content"]) == _content(want)
+    assert comparable_content(both["content"]) == comparable_content(want)
 
 
 def test_parallel_tool_uses_need_every_result_in_the_next_message(tok: PreTrainedTokenizerFast) -> None:
