@@ -43,6 +43,7 @@ from thinking_chat_testutil import (  # noqa: E402
     THINK_END,
     TOOLS,
     chat_answer,
+    messages_client,
     post_chat,
     prompt_of,
     reasoning_of,
@@ -209,24 +210,9 @@ def test_omlx_3667_messages_thinking_block_trimmed_too(tok: PreTrainedTokenizerF
     """jundot/omlx#3667 on ``/v1/messages``: the ``thinking`` block of a reasoning written between
     newlines is DeepSeek's (trimmed), streamed or not. Oracles: DeepSeek's Messages response
     generator for the blocks; the ``anthropic`` client's ``Message`` type."""
-    from types import SimpleNamespace
-
-    from fastapi import FastAPI
-    from fastapi.testclient import TestClient
-    from sglang_v4.entrypoints.anthropic import create_anthropic_router
-    from sglang_v4.entrypoints.openai import create_openai_router
-
     reply = "\n\nThe user greets.\n\n</think>\n\nHello!"
     body = {"messages": HI, "max_tokens": 64, "thinking": {"type": "enabled", "budget_tokens": 1024}}
-    tm = FakeTM(tok, reply=reply)
-    sa = SimpleNamespace(
-        served_model_name=MODEL, model_path=None, api_key=None, enable_cache_report=False, context_length=None
-    )
-    app = FastAPI()
-    router = create_openai_router(tm, sa)
-    app.include_router(router)
-    app.include_router(create_anthropic_router(router.serving))
-    client = TestClient(app)
+    _, client = messages_client(tok, reply)
     r = client.post("/v1/messages", json={"model": MODEL, **body})
     assert r.status_code == 200, r.text
     got = anthropic.types.Message.model_validate(r.json())

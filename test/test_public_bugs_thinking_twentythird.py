@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import json
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -45,6 +44,7 @@ from thinking_chat_testutil import (  # noqa: E402
     THINK_END,
     TOOLS,
     chat_answer,
+    messages_client,
     post_chat,
     prompt_of,
     reasoning_of,
@@ -73,24 +73,6 @@ def _streamed(tm: FakeTM, body: dict[str, Any], **args: Any) -> tuple[str, str, 
 def _details(usage: Any) -> int | None:
     d = usage.completion_tokens_details
     return None if d is None else d.reasoning_tokens
-
-
-def _messages_client(tok: PreTrainedTokenizerFast, reply: str) -> tuple[FakeTM, Any]:
-    """A fake tokenizer manager and a ``TestClient`` over the OpenAI and Anthropic routers."""
-    from fastapi import FastAPI
-    from fastapi.testclient import TestClient
-    from sglang_v4.entrypoints.anthropic import create_anthropic_router
-    from sglang_v4.entrypoints.openai import create_openai_router
-
-    tm = FakeTM(tok, reply=reply)
-    sa = SimpleNamespace(
-        served_model_name=MODEL, model_path=None, api_key=None, enable_cache_report=False, context_length=None
-    )
-    app = FastAPI()
-    router = create_openai_router(tm, sa)
-    app.include_router(router)
-    app.include_router(create_anthropic_router(router.serving))
-    return tm, TestClient(app)
 
 
 # --------------------------------------------------------------------------- fixed: prefix reasoning
@@ -324,7 +306,7 @@ def test_agno_8357_messages_output_format_stays_out_of_the_prompt(tok: PreTraine
         "model": MODEL, "max_tokens": 30, "messages": [{"role": "user", "content": "Reply in json."}],
         "output_config": {"format": {"type": "json_schema", "schema": SCHEMA}},
     }  # fmt: skip
-    tm, client = _messages_client(tok, '{"a": 1}')
+    tm, client = messages_client(tok, '{"a": 1}')
     tm.grammar_enabled = True  # type: ignore[attr-defined]
     r = client.post("/v1/messages", json=body)
     assert r.status_code == 200, r.text
@@ -560,7 +542,7 @@ def test_goai_142_signed_thinking_blocks_replayed_in_a_messages_history(
         "model": MODEL, "max_tokens": 64, "messages": msgs, "tools": ANTHROPIC_TOOLS,
         "thinking": thinking, "output_config": {"effort": "low"},
     }  # fmt: skip
-    tm, client = _messages_client(tok, "It is sunny.</think>Sunny in Paris.")
+    tm, client = messages_client(tok, "It is sunny.</think>Sunny in Paris.")
     r = client.post("/v1/messages", json=body)
     assert r.status_code == 200, r.text
     conv = recipe.MessagesRequest(
@@ -591,7 +573,7 @@ def test_open_webui_29860_streamed_thinking_signature_accumulates_to_the_message
         "model": MODEL, "max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}],
         "thinking": {"type": "adaptive"},
     }  # fmt: skip
-    _, client = _messages_client(tok, "Greet back.</think>Hello!")
+    _, client = messages_client(tok, "Greet back.</think>Hello!")
     plain = Message.model_validate(client.post("/v1/messages", json=body).json())
     http = anthropic.Anthropic(
         base_url="http://testserver", api_key="none", http_client=client, max_retries=0

@@ -5,15 +5,21 @@
 ``chat_answer`` send one chat-completions body (``model`` ``MODEL``, 64 new tokens unless the body
 says otherwise) and assert HTTP 200; ``prompt_of`` is the prompt text the engine received;
 ``reasoning_of`` reads the ``reasoning_content`` extension field the ``openai`` client keeps in
-``model_extra``.
+``model_extra``; ``messages_client`` is a ``FakeTM`` and a ``TestClient`` over the OpenAI and
+Anthropic routers.
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from openai.types.chat import ChatCompletion
 from openai_fake_tm import FakeTM, app_client
+from sglang_v4.entrypoints.anthropic import create_anthropic_router
+from sglang_v4.entrypoints.openai import create_openai_router
 from transformers import PreTrainedTokenizerFast
 
 CHAT = "/v1/chat/completions"
@@ -77,3 +83,17 @@ def chat_answer(tm: FakeTM, body: dict[str, Any], **args: Any) -> ChatCompletion
 def reasoning_of(message: Any) -> str | None:
     """The ``reasoning_content`` of a client-typed message or delta (``None`` when absent)."""
     return (message.model_extra or {}).get("reasoning_content")
+
+
+def messages_client(tok: PreTrainedTokenizerFast, reply: str) -> tuple[FakeTM, TestClient]:
+    """A ``FakeTM`` writing ``reply`` and a ``TestClient`` over the OpenAI and Anthropic routers on
+    it (served model ``MODEL``, no API key, no cache report)."""
+    tm = FakeTM(tok, reply=reply)
+    sa = SimpleNamespace(
+        served_model_name=MODEL, model_path=None, api_key=None, enable_cache_report=False, context_length=None
+    )
+    app = FastAPI()
+    router = create_openai_router(tm, sa)
+    app.include_router(router)
+    app.include_router(create_anthropic_router(router.serving))
+    return tm, TestClient(app)
