@@ -35,13 +35,13 @@ class BatchLine:
     body: dict[str, Any]
 
 
+def _fault(line: int, field: str, code: str, message: str) -> BatchError:
+    """The error of field ``field`` on 1-based line ``line``: OpenAI's ``code`` and ``message``."""
+    return BatchError(code=code, message=message, param=field, line=line)
+
+
 def _missing(field: str, line: int) -> BatchError:
-    return BatchError(
-        code="missing_required_parameter",
-        message=f"Missing required parameter: '{field}'.",
-        param=field,
-        line=line,
-    )
+    return _fault(line, field, "missing_required_parameter", f"Missing required parameter: '{field}'.")
 
 
 def _line_errors(line: int, obj: Any, endpoint: str, seen: set[str]) -> list[BatchError]:
@@ -57,20 +57,20 @@ def _line_errors(line: int, obj: Any, endpoint: str, seen: set[str]) -> list[Bat
         errors.append(_missing("custom_id", line))
     elif not isinstance(custom_id, str) or not custom_id:
         errors.append(
-            BatchError(
-                code="invalid_value",
-                message=f"`custom_id` must be a non-empty string; got {custom_id!r}.",
-                param="custom_id",
-                line=line,
+            _fault(
+                line,
+                "custom_id",
+                "invalid_value",
+                f"`custom_id` must be a non-empty string; got {custom_id!r}.",
             )
         )
     elif custom_id in seen:
         errors.append(
-            BatchError(
-                code="duplicate_custom_id",
-                message=f"The custom_id {custom_id!r} is used by an earlier line; each must be unique.",
-                param="custom_id",
-                line=line,
+            _fault(
+                line,
+                "custom_id",
+                "duplicate_custom_id",
+                f"The custom_id {custom_id!r} is used by an earlier line; each must be unique.",
             )
         )
     else:
@@ -79,24 +79,17 @@ def _line_errors(line: int, obj: Any, endpoint: str, seen: set[str]) -> list[Bat
     if method is None:
         errors.append(_missing("method", line))
     elif method != "POST":
-        errors.append(
-            BatchError(
-                code="invalid_value",
-                message=f"`method` must be 'POST'; got {method!r}.",
-                param="method",
-                line=line,
-            )
-        )
+        errors.append(_fault(line, "method", "invalid_value", f"`method` must be 'POST'; got {method!r}."))
     url = obj.get("url")
     if url is None:
         errors.append(_missing("url", line))
     elif url != endpoint:
         errors.append(
-            BatchError(
-                code="mismatched_endpoint",
-                message=f"`url` {url!r} does not match the batch's endpoint {endpoint!r}.",
-                param="url",
-                line=line,
+            _fault(
+                line,
+                "url",
+                "mismatched_endpoint",
+                f"`url` {url!r} does not match the batch's endpoint {endpoint!r}.",
             )
         )
     body = obj.get("body")
@@ -104,11 +97,8 @@ def _line_errors(line: int, obj: Any, endpoint: str, seen: set[str]) -> list[Bat
         errors.append(_missing("body", line))
     elif not isinstance(body, dict):
         errors.append(
-            BatchError(
-                code="invalid_value",
-                message="`body` must be a JSON object (the request to the endpoint).",
-                param="body",
-                line=line,
+            _fault(
+                line, "body", "invalid_value", "`body` must be a JSON object (the request to the endpoint)."
             )
         )
     return errors
