@@ -116,7 +116,7 @@ _TRITON_MODULES: dict[str, str] = {
     "sparse_attention": "attention",
     "indexer_topk": "indexer",
     "hc_pre": "mhc",
-    "hc_post": "mhc",
+    "hc_post": "mhc_post",
     "fused_moe": "moe",
     "fp8_linear": "fp8_gemm",
     "fused_moe_fp4": "moe_fp4",
