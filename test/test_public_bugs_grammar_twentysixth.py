@@ -71,7 +71,7 @@ def _refused(backend: GrammarBackend, schema: Any, *words: str) -> str:
 @pytest.mark.parametrize(
     "schema, values, offered",
     [
-        # json-java-tools#239's schema as written (Draft 4, no "type")
+        # java-json-tools/json-schema-validator#239's schema as written (Draft 4, no "type")
         (
             {
                 "$schema": "http://json-schema.org/draft-04/schema#",
