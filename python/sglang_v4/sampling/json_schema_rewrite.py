@@ -78,10 +78,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from sglang_v4.sampling import json_schema_false as jsf
 from sglang_v4.sampling.json_schema_alternatives import with_node_keywords
 from sglang_v4.sampling.json_schema_bounds import rewrite_numeric_bounds
 from sglang_v4.sampling.json_schema_date_format import exact_date_format
-from sglang_v4.sampling.json_schema_false import drop_false_properties
 from sglang_v4.sampling.json_schema_ip_format import exact_ip_format
 from sglang_v4.sampling.json_schema_length import length_bounds_as_pattern
 from sglang_v4.sampling.json_schema_pattern_length import pattern_within_length_bounds
@@ -172,7 +172,7 @@ def _rewrite_object(node: dict[str, Any], path: str) -> None:
         for k in ("properties", "patternProperties", "additionalProperties", "unevaluatedProperties")
     )
     required = node.get("required")
-    drop_false_properties(node, required if isinstance(required, list) else [], path)
+    jsf.drop_false_properties(node, required if isinstance(required, list) else [], path)
     if isinstance(required, list):
         props = node.get("properties")
         if props is None:
@@ -287,6 +287,7 @@ def _rewrite(schema: Any, path: str) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = dict(schema)
+    jsf.type_untyped_key_keywords(out)
     for k in _ONE_SCHEMA:
         if k in out and isinstance(out[k], dict):
             out[k] = _rewrite(out[k], f"{path}.{k}")
@@ -299,6 +300,8 @@ def _rewrite(schema: Any, path: str) -> Any:
             out[k] = _rewrite_alternatives(out, k, path)
         else:
             out[k] = [_rewrite(s, f"{path}.{k}[{i}]") for i, s in enumerate(out[k])]
+    if _is_object_node(out):  # the regexes as sent (search semantics)
+        jsf.drop_false_pattern_properties(out, out.get("required"), path)
     if isinstance(out.get("patternProperties"), dict):  # joined as sent, then rewritten
         out["patternProperties"] = _rewrite_key_patterns(
             out["patternProperties"], f"{path}.patternProperties"
