@@ -2,7 +2,8 @@
 ``sgl_kernel_v4.triton`` and their torch references ``sgl_kernel_v4.ref``.
 
 Each test names its report and its oracle: float64 arithmetic written here (exact fractions for
-the scale rounding), or torch's own ``float8_e4m3fn`` conversion. Kernel tests run on CUDA or on
+the scale rounding), or the e4m3fn encoding of non-finite values written out (:func:`_e4m3_non_finite`).
+Kernel tests run on CUDA or on
 the CPU under ``TRITON_INTERPRET=1`` (tiny shapes: the interpreter is slow).
 """
 
@@ -19,6 +20,16 @@ from kernels_attention_testutil import make_case, oracle, run, slot_lists
 pytestmark = KERNEL_MARKS
 
 FP8_MAX = 448.0
+
+
+def _e4m3_non_finite(v: torch.Tensor) -> torch.Tensor:
+    """The e4m3fn value a non-finite input quantizes to, in float64: NaN stays NaN, ``+-inf``
+    saturates to ``+-448`` (e4m3fn has no infinity; DeepSeek's reference ``act_quant`` clamps to
+    ``+-448`` before its cast, CUDA's ``satfinite`` conversion does the same). Written out rather
+    than taken from torch's cast, whose answer for ``+-inf`` changed between releases (NaN in 2.11,
+    ``+-448`` in 2.13)."""
+    v = v.double()
+    return torch.where(v.isnan(), v, v.sign() * FP8_MAX)
 
 
 def _rms_norm64(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -135,9 +146,9 @@ def test_rope_leaves_nope_channels_untouched_even_next_to_inf() -> None:
 def test_inv_rope_quant_fp8_zero_groups_and_non_finite() -> None:
     """huggingface/kernels-community#681 and intel/intel-xpu-backend-for-triton#7771 for the fp8
     output of the inverse RoPE: an all-zero 128-group quantizes without NaN; a NaN stays the e4m3fn
-    NaN and ``+-inf`` saturates to ``+-448`` (torch's ``float8_e4m3fn`` cast), while the rest of
+    NaN and ``+-inf`` saturates to ``+-448`` (:func:`_e4m3_non_finite`), while the rest of
     its group keeps the scale of its finite values (before: an inf made its group's scale inf and
-    every other value of the group 0). Oracle: float64 inverse rotation, torch's cast for the
+    every other value of the group 0). Oracle: float64 inverse rotation, that encoding for the
     non-finite values, ``|q*s - y| <= |y| / 16 + s * 2**-9`` for the others."""
     from sgl_kernel_v4.triton.rope import inv_rope_quant
 
@@ -154,7 +165,7 @@ def test_inv_rope_quant_fp8_zero_groups_and_non_finite() -> None:
     q, sc = inv_rope_quant(o.to(DEVICE), cos.to(DEVICE), sin.to(DEVICE), True)
     qf, sc = q.cpu().double(), sc.cpu().double()
     bad = ~want.isfinite()
-    want_bad = want[bad].float().to(torch.float8_e4m3fn).double()
+    want_bad = _e4m3_non_finite(want[bad])
     assert torch.equal(qf[bad].isnan(), want_bad.isnan())
     assert torch.equal(qf[bad].nan_to_num(0.0), want_bad.nan_to_num(0.0))
     finite_amax = want.nan_to_num(0.0, 0.0, 0.0).abs().view(T, H, D // 128, 128).amax(-1)
@@ -231,8 +242,7 @@ def test_act_quant_ue8m0_scale_is_smallest_power_of_two() -> None:
 def test_act_quant_non_finite_as_torch_e4m3_cast() -> None:
     """intel/intel-xpu-backend-for-triton#7771 and ml-explore/mlx#4164: a NaN silently turned into
     a finite fp8 value computes on as ordinary data. A NaN activation must quantize to the e4m3fn
-    NaN and ``+-inf`` to ``+-448``, as torch's own ``float8_e4m3fn`` cast encodes them (oracle:
-    torch's cast; before the fix the kernel wrote -448 for both a NaN and a +inf, and an inf set
+    NaN and ``+-inf`` to ``+-448`` (oracle: :func:`_e4m3_non_finite`; before the fix the kernel wrote -448 for both a NaN and a +inf, and an inf set
     its group's scale to inf), while the other elements of the group keep the scale of its
     finite values (float64 bound ``|q*s - x| <= |x| / 16 + s * 2**-9``)."""
     g = torch.Generator().manual_seed(2)
@@ -241,7 +251,7 @@ def test_act_quant_non_finite_as_torch_e4m3_cast() -> None:
     x[1, 5] = float("nan")
     x[2, 130] = float("-inf")
     bad = ~x.isfinite()
-    want_bad = x[bad].to(torch.float8_e4m3fn).double()  # the oracle's encoding
+    want_bad = _e4m3_non_finite(x[bad])
     for q, s in _act_quant_both(x):
         qf = q.double()
         assert torch.equal(qf[bad].isnan(), want_bad.isnan())

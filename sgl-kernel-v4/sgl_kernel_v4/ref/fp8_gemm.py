@@ -62,9 +62,10 @@ def act_quant(x: torch.Tensor, group: int = BLOCK, pow2: bool = True) -> tuple[t
     Returns:
         ``(q [M, K] float8_e4m3fn, scale [M, ceil(K/group)] float32)`` with ``x ~= q * scale``
         groupwise; ``scale = amax / 448`` (``amax >= 1e-4``), rounded up to a power of two when
-        ``pow2`` (ue8m0). The last group may be partial. Non-finite elements as torch's
-        ``float8_e4m3fn`` cast treats them (NaN -> NaN, ``+-inf`` -> ``+-448``), left out of their
-        group's ``amax``.
+        ``pow2`` (ue8m0). The last group may be partial. Non-finite elements: NaN -> NaN,
+        ``+-inf`` -> ``+-448`` (clamped before the cast, as DeepSeek's reference ``act_quant``;
+        torch's own cast of ``+-inf`` gives NaN in some releases), left out of their group's
+        ``amax``.
     """
     M, K = x.shape
     nk = -(-K // group)

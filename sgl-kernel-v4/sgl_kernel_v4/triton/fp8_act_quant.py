@@ -6,8 +6,8 @@
   :func:`_quant_rows` is the same quantization of a register tile inside the fused decode kernel.
   The e4m3 bytes come from the fp32 bits (:func:`_e4m3_code`, round to nearest, ties to even),
   not from a backend's fp8 conversion, so every backend gives the same bytes. Non-finite
-  elements as torch's ``float8_e4m3fn`` cast and CUDA's saturating conversion treat them: a NaN
-  becomes the e4m3fn NaN and ``+-inf`` saturates to ``+-448`` (e4m3fn has no infinity); a
+  elements as the reference and CUDA's saturating conversion treat them: a NaN becomes the
+  e4m3fn NaN and ``+-inf`` saturates to ``+-448`` (e4m3fn has no infinity); a
   group's scale comes from its finite elements, so one such element neither zeroes nor
   overflows the rest of its group, and a NaN reaches the GEMM's output as it would in bf16.
 * fp16 (``w8a16_f16`` / ``w8a16_f16asm``): :func:`_f16_rows` scales a bf16 / fp32 tile per row

@@ -59,7 +59,8 @@ import triton
 import triton.language as tl
 
 from sgl_kernel_v4.ref.fp8_gemm import BLOCK, check_fp8_linear_args
-from sgl_kernel_v4.triton._utils import cdiv
+from sgl_kernel_v4.triton._dot import dot
+from sgl_kernel_v4.triton._utils import cdiv, ieee_f32_dots
 
 from ._utils import num_sms
 from .fp8_act_quant import _f16_rows, _quant_rows, act_quant
@@ -228,6 +229,7 @@ def _w8a16_kernel(
     QUANT_A: tl.constexpr,
     F16: tl.constexpr = 0,
     WORDS: tl.constexpr = 0,
+    IEEE: tl.constexpr = False,
 ):
     """``acc [BLOCK_N, BLOCK_M] = W_tile @ x_tile^T``: the converted weights are the tensor cores'
     register operand (the 64-row MMA side), the tokens the narrow side. A K step of ``BLOCK_K``
@@ -250,7 +252,11 @@ def _w8a16_kernel(
     ``WORDS`` (``w8a16_words``: 1, ``w8a16_words_fold``: 2; bf16 / fp32 activations, ``SUB_K ==
     128``, ``K % BLOCK_K == 0``): the weights are read as 32-bit words and decoded four at a time
     to ``e4m3 * 2**-120`` in the K order of :mod:`.fp8_words` (the activations permuted to match);
-    the ``2**120`` goes to the scale row (with 1, ``2**ACT_SHIFT`` of it to the activations)."""
+    the ``2**120`` goes to the scale row (with 1, ``2**ACT_SHIFT`` of it to the activations).
+
+    ``IEEE`` (fp32 activations with TF32 off in torch, :func:`~sgl_kernel_v4.triton._utils.ieee_f32_dots`):
+    the products of the converted weights and fp32 activations are IEEE fp32, as torch's fp32
+    matmul; otherwise an fp32 activation would be rounded to TF32 (10-bit mantissa)."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_z = tl.program_id(2)
@@ -288,10 +294,12 @@ def _w8a16_kernel(
             sb = tl.load(s_rows + tl.minimum(k0 // 128, (K - 1) // 128), mask=nm, other=0.0)
             if WORDS == 1:
                 xa = (permute_k_block(a) * _ACT_SCALE).to(a.dtype)
-                acc += tl.dot(e4m3_words_decode(q, a.dtype), tl.trans(xa)) * (sb * _SB_SCALE_WORDS)[:, None]
+                acc += (
+                    dot(e4m3_words_decode(q, a.dtype), tl.trans(xa), IEEE) * (sb * _SB_SCALE_WORDS)[:, None]
+                )
             elif WORDS == 2:
                 xa = permute_k_block(a)
-                acc += tl.dot(e4m3_words_decode(q, a.dtype), tl.trans(xa)) * (sb * _SB_SCALE_FOLD)[:, None]
+                acc += dot(e4m3_words_decode(q, a.dtype), tl.trans(xa), IEEE) * (sb * _SB_SCALE_FOLD)[:, None]
             elif QUANT_A:
                 xq, sx = _quant_rows(a)
                 acc += tl.dot(b, tl.trans(xq)) * (sb[:, None] * sx[None, :])
@@ -299,7 +307,7 @@ def _w8a16_kernel(
                 xh, sx = _f16_rows(a)
                 acc += tl.dot(_e4m3_to_f16(b, F16 == 2), tl.trans(xh)) * (sb[:, None] * sx[None, :])
             else:
-                acc += tl.dot(_e4m3_to(b, a.dtype, USE_ASM), tl.trans(a)) * sb[:, None]
+                acc += dot(_e4m3_to(b, a.dtype, USE_ASM), tl.trans(a), IEEE) * sb[:, None]
     out = y_ptr + offs_m.to(tl.int64)[:, None] * stride_ym + (g * N + offs_n)[None, :]
     omask = mm[:, None] & nm[None, :]
     if SPLIT_K == 1:
@@ -506,6 +514,7 @@ def fp8_linear(
         x3, weight, weight_scale, y, part, cnt, T, N, K, x3.stride(0), x3.stride(1), weight.stride(0),
         weight_scale.stride(0), y.stride(0), T * G * N, SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
         SUB_K=min(bk, BLOCK), USE_ASM=x.dtype == torch.bfloat16 and _ptx_ok(x),
-        QUANT_A=quant_a, F16=f16 if f16 != 2 or _ptx_ok(x) else 1, WORDS=words, **cfg,
+        QUANT_A=quant_a, F16=f16 if f16 != 2 or _ptx_ok(x) else 1, WORDS=words,
+        IEEE=ieee_f32_dots(x.dtype) and not quant_a and f16 == 0, **cfg,
     )  # fmt: skip
     return y

@@ -78,8 +78,8 @@ def _rope_kernel(
     rb = tl.where(rope_p, b * c[None, :] + a * s[None, :], b)
     optr = out_ptr + t * stride_ot + offs_h[:, None] * stride_oh + offs_d[None, :]
     if FP8:
-        # scale from the group's finite values; NaN stays NaN and +-inf saturates to +-448 (as
-        # torch's float8_e4m3fn cast), so one such value neither zeroes nor overflows its group
+        # scale from the group's finite values; NaN stays NaN and +-inf saturates to +-448 (clamped
+        # before the cast, as act_quant), so one such value neither zeroes nor overflows its group
         G: tl.constexpr = HALF_D // GROUP_P
         fa = tl.where(tl.abs(ra) < float("inf"), tl.abs(ra), 0.0)
         fb = tl.where(tl.abs(rb) < float("inf"), tl.abs(rb), 0.0)
