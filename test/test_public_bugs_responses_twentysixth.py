@@ -145,7 +145,10 @@ def test_reasoning_streams_as_reasoning_text_before_the_answer(tok: PreTrainedTo
     ``reasoning_text``, before the answer's message. Oracle: the text written by hand (split at
     ``</think>``) and the ``openai`` client's event types. Expected: the reasoning deltas build
     "Need the weather." and all come before the message is added; the answer's deltas build
-    "Let me check." alone; the streamed items equal the non-streamed output."""
+    "Let me check." alone; the streamed items equal the non-streamed output.
+    vllm-project/vllm#52418: a call following reasoning and text was announced as a
+    ``function_call`` item with no name, which aborted the stream; here the call's item is added
+    with its name and ``call_id`` and the stream ends with ``response.completed``."""
     tm = PromptTM(tok, reply=THINK_CALL)
     _, tc = make_client(tm)
     resp, events = post(
@@ -162,6 +165,13 @@ def test_reasoning_streams_as_reasoning_text_before_the_answer(tok: PreTrainedTo
     assert "".join(events[i]["delta"] for i in reasoning) == "Need the weather."
     text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert text == "Let me check."
+    calls = [
+        e["item"]
+        for e in events
+        if e["type"] == "response.output_item.added" and e["item"]["type"] == "function_call"
+    ]
+    assert [(c["name"], bool(c["call_id"])) for c in calls] == [("get_weather", True)]
+    assert kinds[-1] == "response.completed"
     items = streamed_items(events)
     assert [i["type"] for i in items] == ["reasoning", "message", "function_call"]
     assert items[0]["content"] == [{"type": "reasoning_text", "text": "Need the weather."}]
@@ -339,3 +349,32 @@ def test_arguments_done_event_names_the_function_it_completes(tok: PreTrainedTok
         assert {"type", "item_id", "name", "output_index", "arguments", "sequence_number"} <= set(ev)
         assert added[ev["item_id"]]["name"] == ev["name"]
     assert [e["arguments"] for e in done] == ['{"city": "Paris", "days": 3}', '{"city": "Paris"}']
+
+
+def test_empty_arguments_of_a_no_parameter_call_replay_as_no_parameters(tok: PreTrainedTokenizerFast) -> None:
+    """qwersyk/Newelle#429 and sigoden/aichat#1217: for a tool of no parameters a model or client
+    may write the call's ``arguments`` as the empty string (OpenAI itself sometimes does:
+    sashirestela/simple-openai#166), and clients failed on it as non-JSON; the reports' reading:
+    an empty (or blank) text is the empty object ``{}``. Oracle: that reading, rendered by
+    DeepSeek's converter and encoder (the same history with ``"{}"``). Expected: a history
+    replaying such a call is a 200 whose prompt shows the call with no parameters, and the
+    stored item keeps the arguments as sent."""
+    ping = {
+        "type": "function",
+        "name": "ping",
+        "description": "Ping",
+        "parameters": {"type": "object", "properties": {}},
+    }
+
+    def body(args: str) -> dict[str, Any]:
+        call = {"type": "function_call", "call_id": "call_1", "name": "ping", "arguments": args}
+        out = {"type": "function_call_output", "call_id": "call_1", "output": "pong"}
+        return {"input": [{"role": "user", "content": "Ping it."}, call, out], "tools": [ping]}
+
+    tm = PromptTM(tok, reply="Pong received.")
+    client, tc = make_client(tm)
+    for args in ("", " ", "\n"):
+        resp, _ = post(tc, body(args))
+        assert _prompt(tok, tm) == recipe_responses_prompt(body("{}")), repr(args)
+        items = client.responses.input_items.list(resp["id"], order="asc").data
+        assert [i.arguments for i in items if i.type == "function_call"] == [args]
