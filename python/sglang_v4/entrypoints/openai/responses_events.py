@@ -5,7 +5,8 @@ sequence, each event an ``event:`` and a ``data:`` line (no ``[DONE]``) with a
 Per output item: ``response.output_item.added``; for a message ``response.content_part.added``,
 ``response.output_text.delta``..., ``response.output_text.done``, ``response.content_part.done``;
 for reasoning the same with ``reasoning_text`` parts and ``response.reasoning_text.delta`` /
-``.done``; for a call ``response.function_call_arguments.delta``... and ``.done`` (a call of a
+``.done``; for a call ``response.function_call_arguments.delta``... and ``.done`` (with the arguments and
+the function's ``name``; a call of a
 custom tool: a ``custom_tool_call`` item, ``response.custom_tool_call_input.delta``... and
 ``.done`` with its free-form input); then ``response.output_item.done``. The route (:mod:`.serving_responses`) sends the events around
 them (``response.created``, ``response.in_progress``, the terminal ``response.completed`` /
@@ -215,7 +216,11 @@ class ResponsesEventWriter:
             out.append(self.event("response.custom_tool_call_input.done", **where, input=whole))
         elif o["kind"] == "function_call":
             item["arguments"] = text
-            out.append(self.event("response.function_call_arguments.done", **where, arguments=text))
+            # ``name`` beside the arguments: OpenAI's reference example of the event (and the
+            # OpenAPI spec of 2025-26) had it, and decoders generated from that spec require it
+            # (MacPaw/OpenAI#409); clients of the current spec read it off the item and ignore it
+            done = {"arguments": text, "name": item.get("name", "")}
+            out.append(self.event("response.function_call_arguments.done", **where, **done))
         elif o["kind"] == "reasoning":
             part = ReasoningText(text=text).model_dump(mode="json")
             item["content"] = [part]
