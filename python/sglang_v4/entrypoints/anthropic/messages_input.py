@@ -319,6 +319,13 @@ def messages_to_chat(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], boo
     Args:
         messages: :class:`~.protocol.MessageParam` items (``role``, ``content``).
 
+    A user or assistant message whose ``content`` is an empty block list (``[]``) is refused unless
+    it is the final assistant message (an empty prefill), as Anthropic's API ("all messages must
+    have non-empty content except for the optional final assistant message") and DeepSeek's own
+    Messages converter (``deepseek-recipe``) refuse it; served, the turn rendered empty and the
+    model answered a message nobody sent. An empty string is served, as DeepSeek's converter
+    serves it.
+
     Raises:
         RequestError: 400 naming the field (``messages.1.content.0.tool_use_id`` ...).
     """
@@ -330,6 +337,17 @@ def messages_to_chat(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], boo
         field = f"messages.{i}.content"
         content = m.content
         start = len(out)
+        final_prefill = i == len(messages) - 1 and m.role == "assistant"
+        if (
+            m.role in ("user", "assistant")
+            and isinstance(content, list)
+            and not content
+            and not final_prefill
+        ):
+            raise _error(
+                f"messages.{i}",
+                "all messages must have non-empty content except for the optional final assistant message.",
+            )
         if m.role == "system":
             text = content if isinstance(content, str) else _texts(content, field, "system")
             if text:

@@ -52,7 +52,7 @@ from sglang_v4.entrypoints.openai.reasoning_effort_profile import detect_reasoni
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningSpec, reasoning_spec
 from sglang_v4.entrypoints.openai.reasoning_request import apply_reasoning_controls
 from sglang_v4.entrypoints.openai.serving_base import OpenAIServingBase, RequestError
-from sglang_v4.entrypoints.openai.thinking_switch import normalize_thinking_switches
+from sglang_v4.entrypoints.openai.thinking_switch import normalize_thinking_switches, thinking_field_value
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS, DsmlToolParser
 from sglang_v4.entrypoints.openai.vllm_fields import vllm_grammar_field
 from sglang_v4.prompt_tokens import prepare_plain_encoding
@@ -263,10 +263,14 @@ def developer_messages_as_system(msgs: list[dict[str, Any]]) -> list[dict[str, A
 
 
 def _normalize_thinking_switches(req: ChatCompletionRequest) -> None:
-    """Read the thinking switches of ``req.chat_template_kwargs`` as booleans (:mod:`.thinking_switch`).
+    """Read the thinking switches of ``req.chat_template_kwargs`` and the request's ``thinking``
+    field as booleans (:mod:`.thinking_switch`); ``req.thinking`` becomes ``True`` / ``False`` /
+    ``None``.
 
     Raises:
-        RequestError: a switch of no boolean spelling (400 naming ``chat_template_kwargs``).
+        RequestError: a switch of no boolean spelling (400 naming ``chat_template_kwargs``), a
+            ``thinking`` object of an unknown ``type`` (400 naming ``thinking.type``) or of
+            another kind (``thinking``).
     """
     try:
         req.chat_template_kwargs = normalize_thinking_switches(
@@ -274,14 +278,18 @@ def _normalize_thinking_switches(req: ChatCompletionRequest) -> None:
         )
     except ValueError as e:
         raise RequestError(str(e), param="chat_template_kwargs") from None
+    try:
+        req.thinking = thinking_field_value(req.thinking)
+    except ValueError as e:
+        param = "thinking.type" if isinstance(req.thinking, dict) else "thinking"
+        raise RequestError(str(e), param=param) from None
 
 
 def _thinking_flag(req: ChatCompletionRequest) -> bool:
     kwargs = req.chat_template_kwargs or {}
     flag = kwargs.get("thinking", kwargs.get("enable_thinking"))
     if flag is None and req.thinking is not None:
-        t = req.thinking
-        flag = t is True or (isinstance(t, dict) and t.get("type") == "enabled")
+        flag = thinking_field_value(req.thinking)
     return bool(flag)
 
 
@@ -398,9 +406,12 @@ class ChatPrepareMixin(OpenAIServingBase):
                 param="chat_template_kwargs",
             )
         try:
-            effort = normalize_reasoning_effort(
-                req.reasoning_effort or kwargs.get("reasoning_effort"), self.reasoning_effort_profile
+            # ``is None``, not falsiness: an empty string is a value (refused), not "unset"
+            # (BerriAI/litellm#27050 lists ``""`` among the invalid efforts)
+            sent = (
+                req.reasoning_effort if req.reasoning_effort is not None else kwargs.get("reasoning_effort")
             )
+            effort = normalize_reasoning_effort(sent, self.reasoning_effort_profile)
         except ValueError as e:
             raise RequestError(str(e), param="reasoning_effort") from None
         if req.tools is not None and not req.tools:

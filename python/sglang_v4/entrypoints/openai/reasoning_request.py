@@ -115,7 +115,7 @@ def apply_reasoning_controls(req: Any) -> bool:
     own = req.chat_template_kwargs or {}
     if req.thinking is not None or any(own.get(k) is not None for k in SWITCH_KEYS):
         return False
-    effort = req.reasoning_effort or own.get("reasoning_effort")
+    effort = req.reasoning_effort if req.reasoning_effort is not None else own.get("reasoning_effort")
     switch = (effort != "none") if effort is not None else enabled
     if switch is None:
         return False

@@ -263,6 +263,10 @@ def _check_stream_options(req: Any) -> None:
         raise RequestError("stream_options is only allowed when stream is true.", param="stream_options")
 
 
+#: The chat roles whose ``content`` array OpenAI's schema requires to hold at least one part.
+_MIN_ONE_PART_ROLES = ("system", "developer", "user", "tool")
+
+
 def check_user_message_contents(messages: list[Any]) -> None:
     """Refuse a chat ``user`` message whose ``content`` is ``null`` or absent (400); it used to
     render as an empty user turn and generate from it.
@@ -275,14 +279,28 @@ def check_user_message_contents(messages: list[Any]) -> None:
     and renders it as empty text on its DeepSeek-V4 path, and an assistant message may leave it
     out (OpenAI: required unless ``tool_calls`` is given).
 
+    An empty array of content parts (``"content": []``) on a ``system``, ``developer``, ``user``
+    or ``tool`` message is refused too: OpenAI's API schema gives each of those arrays
+    ``minItems: 1`` (openai/openai-python#1812) and its API answers 400 ``empty_array``; served,
+    the message rendered as an empty turn. An assistant message may still send ``[]`` next to its
+    ``tool_calls`` or reasoning (clients replay such turns).
+
     Raises:
         RequestError: 400, ``param`` ``messages[i].content`` of the first such message, with
-            OpenAI's wording ("Invalid value for ... got null." / "Missing required parameter").
+            OpenAI's wording ("Invalid value for ... got null." / "Missing required parameter" /
+            "empty array").
     """
     for i, m in enumerate(messages):
-        if getattr(m, "role", None) != "user" or getattr(m, "content", None) is not None:
-            continue
+        role, content = getattr(m, "role", None), getattr(m, "content", None)
         field = f"messages[{i}].content"
+        if isinstance(content, list) and not content and role in _MIN_ONE_PART_ROLES:
+            raise RequestError(
+                f"Invalid '{field}': empty array. Expected an array with minimum length 1, "
+                "but got an empty array instead.",
+                param=field,
+            )
+        if role != "user" or content is not None:
+            continue
         if "content" in m.model_fields_set:
             message = (
                 f"Invalid value for '{field}': expected a string or an array of content parts, got null."

@@ -6,6 +6,10 @@ JSON ``true`` / ``false`` are the switch; ``0`` / ``1`` and the strings of :data
 ``reasoning.enabled`` (sgl-project/sglang#9715). Left as sent, a string is truthy to the code that
 tests the switch (and to a Jinja template's ``{% if thinking %}``), so ``"false"`` turned thinking
 *on* (liquidos-ai/AutoAgents#284). Any other value is refused: it cannot be read either way.
+
+The chat request's own ``thinking`` field (DeepSeek's ``{"type": "enabled" | "disabled"}``, the
+Messages API's ``"adaptive"``, or a JSON boolean) is read by :func:`thinking_field_value`; a type
+it does not know is refused rather than read as off.
 """
 
 from __future__ import annotations
@@ -13,7 +17,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SWITCH_KEYS", "SWITCH_STRINGS", "normalize_thinking_switches", "thinking_switch_value"]
+__all__ = [
+    "SWITCH_KEYS",
+    "SWITCH_STRINGS",
+    "THINKING_TYPES",
+    "normalize_thinking_switches",
+    "thinking_field_value",
+    "thinking_switch_value",
+]
 
 #: The ``chat_template_kwargs`` keys of the thinking switch (SGLang's DeepSeek name first).
 SWITCH_KEYS = ("thinking", "enable_thinking")
@@ -28,6 +39,32 @@ SWITCH_STRINGS = {
     "no": False,
     "off": False,
 }
+
+
+#: The ``type`` values of a ``thinking`` object and the switch each asks for: DeepSeek's API
+#: documents ``enabled`` / ``disabled``; the Messages API adds ``adaptive`` (the model decides how
+#: much to think: thinking on, as the Messages route reads it).
+THINKING_TYPES = {"enabled": True, "adaptive": True, "disabled": False}
+
+
+def thinking_field_value(value: Any, field: str = "thinking") -> bool | None:
+    """The switch a chat request's ``thinking`` field asks for: a JSON boolean as sent, an object
+    by its ``type`` (:data:`THINKING_TYPES`); ``None`` stays ``None`` (not set).
+
+    Raises:
+        ValueError: an object whose ``type`` is missing or unknown (the message starts with
+            ``field.type``), or a value of another kind (starts with ``field``). Read as off, a
+            misspelt or newer type silently served a request without the thinking it asked for.
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, Mapping):
+        kind = value.get("type")
+        if isinstance(kind, str) and kind in THINKING_TYPES:
+            return THINKING_TYPES[kind]
+        allowed = ", ".join(THINKING_TYPES)
+        raise ValueError(f"{field}.type must be one of {allowed}; got {kind!r}.")
+    raise ValueError(f'{field} must be an object ({{"type": "enabled"}}) or a boolean, got {value!r}.')
 
 
 def thinking_switch_value(value: Any, field: str) -> bool | None:
