@@ -244,7 +244,9 @@ def tool_call_structural_tag(
         thinking: the prompt ends with ``<think>``: free reasoning up to ``</think>`` comes first.
         parallel_tool_calls: more than one call may follow (else exactly one).
         enforce_schema: treat every tool as ``strict`` (arguments validate against ``parameters``);
-            otherwise only ``strict`` tools have their arguments constrained (OpenAI's semantics).
+            otherwise only ``strict: true`` tools have their arguments constrained, per function
+            (OpenAI's semantics: ``strict`` absent or ``null`` is ``false``; the others' calls are
+            well-formed DSML with any parameters).
         max_whitespace_cnt: longest whitespace run inside JSON argument values.
         string_value_formats: tool name -> ``(parameter, format)``: that tool's call is its one
             ``string="true"`` parameter whose raw text follows the xgrammar format (``regex`` /
@@ -275,8 +277,12 @@ def tool_call_structural_tag(
         ]
     except ValueError as e:
         raise ValueError(f"tools: cannot build the tool-call grammar: {e}") from None
-    if enforce_schema:
-        tools = [dict(t, function=dict(t["function"], strict=True)) for t in tools]
+    # OpenAI's ``strict`` defaults to false; xgrammar reads only an explicit ``False`` as
+    # "unconstrained arguments", so a tool without the field is made ``strict: False`` here.
+    tools = [
+        dict(t, function=dict(t["function"], strict=enforce_schema or t["function"].get("strict") is True))
+        for t in tools
+    ]
     try:
         st = xgr.get_model_structural_tag(
             "deepseek_v4",
