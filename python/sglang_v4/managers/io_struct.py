@@ -272,6 +272,15 @@ class GenerateReqInput:
 
 
 def _get_n(params: Any) -> int:
+    """The parallel sample count ``n`` of one ``sampling_params`` object (``None``/absent: 1).
+
+    An integral float (``2.0``, what JSON encoders of Python floats write) reads as that integer,
+    as :class:`~sglang_v4.sampling.sampling_params.SamplingParams` reads every integer field.
+
+    Raises:
+        ValueError: ``params`` is not a dict; ``n`` is not an integer (``2.5``, ``"2"``, ``true``)
+            or not in ``[1, MAX_N]``.
+    """
     if not isinstance(params, dict):
         raise ValueError(f"sampling_params must be a JSON object (got {type(params).__name__}).")
     n = params.get("n", 1)
@@ -279,7 +288,11 @@ def _get_n(params: Any) -> int:
         return 1
     from sglang_v4.sampling.sampling_params import MAX_N
 
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
+    if isinstance(n, float) and n.is_integer():
+        n = int(n)
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise ValueError(f"n must be an integer (sampling_params.n, got {type(n).__name__} {n!r}).")
+    if not 1 <= n <= MAX_N:
         raise ValueError(f"n must be in [1, {MAX_N}] (sampling_params.n, got {n!r}).")
     return n
 
