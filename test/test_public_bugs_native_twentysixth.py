@@ -14,7 +14,10 @@ SGLang's and vLLM's request models read an integer field).
 Fault fixed here (BerriAI/litellm#1854): ``/generate`` (and the ``Engine``) refused an integral
 float ``n`` such as ``2.0`` with "n must be in [1, 128]", though every other integer sampling
 field reads ``2.0`` as 2; ``n`` now follows that rule, and a fractional ``n`` is a 400 saying it
-must be an integer. The other reports showed no fault and are kept as regression guards.
+must be an integer. Fault fixed here (Yelp/py_zipkin#63): a single prompt with a batch's
+per-prompt list in ``return_logprob`` (``[false]`` turned logprobs on) or ``extra_key`` was
+accepted; such a list is now a 400 naming the field. The other reports showed no fault and are
+kept as regression guards.
 """
 
 from __future__ import annotations
@@ -70,6 +73,21 @@ def _headers() -> dict[str, str]:
     from admin_app_testutil import ADMIN_KEY
 
     return {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+def _refused(client: Any, body: dict[str, Any]) -> Any:
+    """``POST /generate`` of ``body``, expected to be answered before the scheduler (which never
+    answers here): a request that was accepted fails the test after 10 s instead of hanging."""
+    import threading
+
+    got: list[Any] = []
+    t = threading.Thread(
+        target=lambda: got.append(client.post("/generate", json=body, headers=_headers())), daemon=True
+    )
+    t.start()
+    t.join(10)
+    assert got, f"accepted (sent to the scheduler) instead of refused: {body}"
+    return got[0]
 
 
 # --------------------------------------------------------------------------- non-finite values
@@ -345,8 +363,46 @@ def test_litellm_1854_fractional_n_is_a_400_that_says_integer(app: tuple[Any, An
     ``[1, 128]``, which ``2.5`` is not). Oracle: ``pydantic.TypeAdapter(int)``."""
     assert _pydantic_int(n) is None
     client, tm = app
-    r = client.post("/generate", json={"text": "hi", "sampling_params": {"n": n}}, headers=_headers())
+    r = _refused(client, {"text": "hi", "sampling_params": {"n": n}})
     assert r.status_code == 400
     msg = r.json()["error"]["message"]
     assert "n must be an integer" in msg and r.json()["error"]["code"] == 400
     assert not tm.rid_to_state
+
+
+# --------------------------------------------------------------------------- per-prompt lists
+@pytest.mark.parametrize(
+    ("field", "value", "kind"),
+    [
+        ("return_logprob", [False], "a boolean"),
+        ("return_logprob", [True, False], "a boolean"),
+        ("extra_key", ["tenant-a"], "a string"),
+        ("top_logprobs_num", [3], "an integer"),
+        ("logprob_start_len", [0], "an integer"),
+    ],
+)
+def test_py_zipkin_63_a_list_in_a_single_requests_scalar_field_is_a_400(
+    app: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, field: str, value: list[Any], kind: str
+) -> None:
+    """Yelp/py_zipkin#63: a list sat in what should have been a boolean flag and the code only
+    tested its truth. On ``/generate`` a single prompt with ``"return_logprob": [false]`` (a
+    batch's per-prompt shape) turned logprobs *on* -- a non-empty list is truthy -- and an
+    ``extra_key`` list reached the scheduler as the cache namespace. Expected: as for ``rid`` and
+    ``priority``, a list in a per-prompt field of a single request is a 400 naming the field and
+    its type, nothing is sent to the scheduler; the same list on a batch of that many prompts is
+    accepted. Oracles: JSON's own types (a list is no boolean / string / integer) and the
+    messages sent to the scheduler socket."""
+    from sglang_v4.managers.io_struct import GenerateReqInput
+
+    client, tm = app
+    sent: list[Any] = []
+    send = tm._send.send_pyobj
+    monkeypatch.setattr(tm._send, "send_pyobj", lambda o, *a, **k: (sent.append(o), send(o, *a, **k))[1])
+    r = _refused(client, {"text": "hi", field: value})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["code"] == 400 and f"{field} must be {kind}" in err["message"]
+    assert sent == [] and not tm.rid_to_state
+    batch = GenerateReqInput(text=["a"] * len(value), **{field: value})
+    batch.normalize_batch_and_arguments()  # the batch shape stays valid
+    assert getattr(batch, field) == value

@@ -154,14 +154,16 @@ class GenerateReqInput:
                 self.rid = uuid.uuid4().hex
             if not isinstance(self.rid, str):
                 raise ValueError("rid must be a string for a single request.")
+            # a per-prompt list belongs to a batch (on one prompt [false] was truthy: logprobs on)
+            for name, kind in _SINGLE_SCALARS:
+                if isinstance(getattr(self, name), list):
+                    raise ValueError(f"{name} must be {kind} for a single request.")
             if self.return_logprob is None:
                 self.return_logprob = False
             # logprob_start_len stays None when not given: the tokenizer resolves it (it depends on
             # max_new_tokens, see TokenizerManager._tokenize_one)
             if self.top_logprobs_num is None:
                 self.top_logprobs_num = 0
-            if self.priority is not None and isinstance(self.priority, list):
-                raise ValueError("priority must be an integer for a single request.")
             return
 
         num = self.batch_size * self.parallel_sample_num
@@ -271,15 +273,22 @@ class GenerateReqInput:
         )
 
 
-def _get_n(params: Any) -> int:
-    """The parallel sample count ``n`` of one ``sampling_params`` object (``None``/absent: 1).
+#: Fields a batch may give per prompt (a list) that a single request takes as one value.
+_SINGLE_SCALARS = (
+    ("return_logprob", "a boolean"),
+    ("logprob_start_len", "an integer"),
+    ("top_logprobs_num", "an integer"),
+    ("priority", "an integer"),
+    ("extra_key", "a string"),
+)
 
-    An integral float (``2.0``, what JSON encoders of Python floats write) reads as that integer,
-    as :class:`~sglang_v4.sampling.sampling_params.SamplingParams` reads every integer field.
+
+def _get_n(params: Any) -> int:
+    """``n`` of one ``sampling_params`` dict (``None``/absent: 1); an integral float (``2.0``) is
+    that integer, as ``SamplingParams`` reads every integer field.
 
     Raises:
-        ValueError: ``params`` is not a dict; ``n`` is not an integer (``2.5``, ``"2"``, ``true``)
-            or not in ``[1, MAX_N]``.
+        ValueError: not a dict; ``n`` not an integer (``2.5``, ``"2"``, ``true``) or not in [1, MAX_N].
     """
     if not isinstance(params, dict):
         raise ValueError(f"sampling_params must be a JSON object (got {type(params).__name__}).")
