@@ -19,11 +19,13 @@ ADMIN_CONTEXT = 4096
 
 
 @contextmanager
-def admin_app_client(model_root: Path) -> Iterator[tuple[Any, Any]]:
+def admin_app_client(model_root: Path, openai_routes: bool = True) -> Iterator[tuple[Any, Any]]:
     """A ``TestClient`` over ``create_app`` with ``--api-key ADMIN_KEY``, ``--enable-metrics`` and
     the served names ``ADMIN_NAMES`` (context ``ADMIN_CONTEXT`` tokens), the fake model written
     under ``model_root``; its tokenizer manager stands for the started one (status ``Up``) and its
-    scheduler never answers. Yields ``(client, tokenizer_manager)``; closes both on exit."""
+    scheduler never answers. ``openai_routes=False`` leaves the OpenAI routes unmounted (the
+    native routes only; building the OpenAI router takes seconds). Yields
+    ``(client, tokenizer_manager)``; closes both on exit."""
     from fastapi.testclient import TestClient
     from server_fixture import make_fake_model_dir
     from sglang_v4.entrypoints.http_server import create_app
@@ -54,7 +56,8 @@ def admin_app_client(model_root: Path) -> Iterator[tuple[Any, Any]]:
         tm.metrics = TokenizerMetrics(ADMIN_NAMES[0])
         app, state = create_app(sa, SimpleNamespace(scheduler_info=info, port_args=pa))  # type: ignore[arg-type]
         state.tokenizer_manager = tm
-        state.openai_serving = mount_openai(app, tm, sa)
+        if openai_routes:
+            state.openai_serving = mount_openai(app, tm, sa)
         tm.server_status = "Up"
         yield TestClient(app), tm
     finally:

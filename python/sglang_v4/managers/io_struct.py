@@ -154,14 +154,16 @@ class GenerateReqInput:
                 self.rid = uuid.uuid4().hex
             if not isinstance(self.rid, str):
                 raise ValueError("rid must be a string for a single request.")
+            # a per-prompt list belongs to a batch (on one prompt [false] was truthy: logprobs on)
+            for name, kind in _SINGLE_SCALARS:
+                if isinstance(getattr(self, name), list):
+                    raise ValueError(f"{name} must be {kind} for a single request.")
             if self.return_logprob is None:
                 self.return_logprob = False
             # logprob_start_len stays None when not given: the tokenizer resolves it (it depends on
             # max_new_tokens, see TokenizerManager._tokenize_one)
             if self.top_logprobs_num is None:
                 self.top_logprobs_num = 0
-            if self.priority is not None and isinstance(self.priority, list):
-                raise ValueError("priority must be an integer for a single request.")
             return
 
         num = self.batch_size * self.parallel_sample_num
@@ -271,7 +273,23 @@ class GenerateReqInput:
         )
 
 
+#: Fields a batch may give per prompt (a list) that a single request takes as one value.
+_SINGLE_SCALARS = (
+    ("return_logprob", "a boolean"),
+    ("logprob_start_len", "an integer"),
+    ("top_logprobs_num", "an integer"),
+    ("priority", "an integer"),
+    ("extra_key", "a string"),
+)
+
+
 def _get_n(params: Any) -> int:
+    """``n`` of one ``sampling_params`` dict (``None``/absent: 1); an integral float (``2.0``) is
+    that integer, as ``SamplingParams`` reads every integer field.
+
+    Raises:
+        ValueError: not a dict; ``n`` not an integer (``2.5``, ``"2"``, ``true``) or not in [1, MAX_N].
+    """
     if not isinstance(params, dict):
         raise ValueError(f"sampling_params must be a JSON object (got {type(params).__name__}).")
     n = params.get("n", 1)
@@ -279,7 +297,11 @@ def _get_n(params: Any) -> int:
         return 1
     from sglang_v4.sampling.sampling_params import MAX_N
 
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
+    if isinstance(n, float) and n.is_integer():
+        n = int(n)
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise ValueError(f"n must be an integer (sampling_params.n, got {type(n).__name__} {n!r}).")
+    if not 1 <= n <= MAX_N:
         raise ValueError(f"n must be in [1, {MAX_N}] (sampling_params.n, got {n!r}).")
     return n
 
