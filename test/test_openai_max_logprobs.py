@@ -52,7 +52,9 @@ def test_default_bound_is_vllms_20_on_every_field(tok: PreTrainedTokenizerFast) 
     assert "`logprobs` must be set to true" in _refused(lambda: chat(top_logprobs=2), "top_logprobs")
     msg = _refused(lambda: comp(logprobs=100), "logprobs")
     assert "Requested sample logprobs of 100, which is greater than max allowed: 20" in msg
-    assert "must be a positive value" in _refused(lambda: comp(logprobs=-1), "logprobs")
+    msg = _refused(lambda: comp(logprobs=-1), "logprobs")  # -1: the vocabulary (vllm-project/vllm#46175)
+    assert f"Requested sample logprobs of {vocab}, which is greater than max allowed: 20" in msg
+    assert "must be a positive value or -1" in _refused(lambda: comp(logprobs=-2), "logprobs")
     msg = _refused(lambda: comp(extra_body={"prompt_logprobs": 21}), "prompt_logprobs")
     assert "Requested prompt logprobs of 21, which is greater than max allowed: 20" in msg
     n = len(tm.received)

@@ -12,7 +12,7 @@ no such flag.
 Below the bound, vLLM's request validators: chat ``top_logprobs`` is a count or ``-1`` (``"`top_logprobs`
 must be a positive value or -1."``), and a count other than 0 needs ``logprobs: true``
 (``"when using `top_logprobs`, `logprobs` must be set to true."``); completions ``logprobs`` is a
-count (``"`logprobs` must be a positive value."``).
+count or ``-1`` (``"`logprobs` must be a positive value or -1."``).
 
 ``/generate``'s ``top_logprobs_num`` is SGLang's field and keeps SGLang's bound (the vocabulary;
 :mod:`sglang_v4.managers.tokenization`). A count above 20 (``--max-logprobs`` raised) also meets
@@ -95,15 +95,18 @@ def check_chat_top_logprobs(
 
 
 def check_completion_logprobs(logprobs: int | None, max_logprobs: int, vocab_size: int | None) -> int | None:
-    """The ``top_logprobs_num`` of a completions request's ``logprobs`` (``None`` when unset).
+    """The ``top_logprobs_num`` of a completions request's ``logprobs`` (``None`` when unset):
+    the count itself, or the vocabulary size for ``-1`` ("every token", as vLLM reads it on this
+    field since vllm-project/vllm#46175, like chat's ``top_logprobs`` and ``prompt_logprobs``).
 
     Raises:
-        RequestError: 400 naming ``logprobs``: negative, or above the bound (module docstring).
+        RequestError: 400 naming ``logprobs``: below -1, or above the bound (module docstring;
+            ``-1`` passes only where ``--max-logprobs`` is ``-1`` or at least the vocabulary).
     """
     if logprobs is None:
         return None
-    if logprobs < 0:
-        raise RequestError(f"`logprobs` must be a positive value (got {logprobs}).", param="logprobs")
+    if logprobs < -1:
+        raise RequestError(f"`logprobs` must be a positive value or -1 (got {logprobs}).", param="logprobs")
     return logprob_count(logprobs, "logprobs", "sample", max_logprobs, vocab_size)
 
 

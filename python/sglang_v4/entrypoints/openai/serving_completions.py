@@ -86,7 +86,8 @@ class CompletionsMixin(OpenAIServingBase):
         req: CompletionRequest = await self._parse(request, CompletionRequest)
         self._check_model(req.model)
         bound = self._max_logprobs()
-        check_completion_logprobs(req.logprobs, bound, self._vocab_size())
+        # -1 ("every token") resolved to its count here, so every later use reads a count
+        req.logprobs = check_completion_logprobs(req.logprobs, bound, self._vocab_size())
         prompt_lps = check_prompt_logprobs(req, self._vocab_size(), bound)
         # chat's max_completion_tokens is the same limit; it wins over max_tokens when both are set
         limit_field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
