@@ -2,7 +2,8 @@
 route and its neighbours (``/v1/models``, ``/v1/embeddings``): the integer ``logprobs`` field
 (``-1``, counts above OpenAI's 5, the bound's error), echo of text and token-id prompts with and
 without logprobs, stop lists (more than four, empty), the default ``max_tokens``, streamed choice
-indexes, out-of-vocabulary prompt ids, model lookup and embeddings on a generation model.
+indexes, out-of-vocabulary prompt ids, model lookup, chat-style tokenize and embeddings on a
+generation model.
 
 Fixed here: ``logprobs: -1`` ("every token", which vLLM accepts on this field as on chat's
 ``top_logprobs``, vllm-project/vllm#46175) was a 400 "must be a positive value"; it now stands for
@@ -325,3 +326,35 @@ def test_ollama_1577_embeddings_on_a_generation_model_is_a_400_not_a_500(
         c.embeddings.create(model=MODEL, input="hello")
     assert ei.value.status_code == 400 and "embedding" in ei.value.message
     assert tm.received == []
+
+
+def test_sonar_592_chat_style_tokenize_counts_the_rendered_chat_prompt(tok: PreTrainedTokenizerFast) -> None:
+    """dphnAI/sonar#592: ``/v1/tokenize`` with chat ``messages`` answers the ids of the chat
+    template's prompt with ``count`` and ``max_model_len``, and ``/v1/detokenize`` of those ids
+    gives that prompt back. Expected (DeepSeek's own converter and V4 encoder, ``deepseek-recipe``,
+    thinking off as the chat route's default; the tokenizer's ids): ``tokens`` decode to DeepSeek's
+    prompt text, ``count == len(tokens)``, ``max_model_len`` is the served context (4096 here),
+    detokenize's ``prompt`` (special tokens kept) is the same text, and the chat route renders the
+    very same prompt."""
+    pytest.importorskip("deepseek_recipe")
+    from deepseek_recipe_testutil import recipe_prompt
+
+    body = {"messages": [{"role": "user", "content": "What is the capital of France?"}]}
+    want = recipe_prompt(body, thinking=False)
+    tm = FakeTM(tok)
+    c = _app(tm)
+    r = c.post("/v1/tokenize", json={"model": MODEL, **body})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert tok.decode(got["tokens"]) == want
+    assert got["count"] == len(got["tokens"]) and got["max_model_len"] == tm.context_len
+    # SGLang's detokenize skips special tokens by default; kept, the ids give the prompt back
+    back = c.post(
+        "/v1/detokenize", json={"model": MODEL, "tokens": got["tokens"], "skip_special_tokens": False}
+    )
+    assert back.status_code == 200 and back.json()["prompt"] == want
+    chat = c.post("/v1/chat/completions", json={"model": MODEL, **body, "max_tokens": 2})
+    assert chat.status_code == 200, chat.text
+    (req,) = tm.received
+    assert (req.text if req.text is not None else tok.decode(req.input_ids)) == want
+    assert chat.json()["usage"]["prompt_tokens"] == got["count"]
