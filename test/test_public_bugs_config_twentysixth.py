@@ -1,6 +1,6 @@
 """Byte-order marks in model files, non-finite config numbers, ``generation_config.json`` values
-that equal transformers' defaults, named chat templates and ``eos_token_id`` lists, as public
-reports found them broken elsewhere.
+that equal transformers' defaults, named chat templates, ``eos_token_id`` lists and SGLang's
+published DeepSeek-V4 launch commands, as public reports found them broken elsewhere.
 
 Each test ports one public report (cited as ``owner/repo#N``) and checks the right value against
 an independent oracle: the file's own bytes with the UTF-8 byte-order mark removed (RFC 8259
@@ -33,6 +33,7 @@ import pytest
 import torch
 from dsv4_testutil import CONFIGS
 from public_bug_configs_testutil import write_model_dir
+from sglang_flags_testutil import parse
 from sglang_v4.configs.model_config import ModelConfig, generation_eos_token_ids
 from sglang_v4.entrypoints.chat_template import resolve_chat_template
 from sglang_v4.entrypoints.openai.sampling_defaults import model_sampling_defaults
@@ -290,3 +291,45 @@ def test_exllamav2_566_a_config_eos_token_id_list_keeps_every_id(tmp_path: Path)
     assert DeepseekV4Config(**{k: v for k, v in raw.items() if k != "model_type"}).eos_token_id == ids
     mc = ModelConfig.from_pretrained(str(m))
     assert mc.eos_token_ids == [5, 3, 9, 11]
+
+
+# --------------------------------------------------------------------------- SGLang launch commands
+
+
+@pytest.mark.parametrize(
+    "cmd, want",
+    [
+        (  # sgl-project/sglang#33207, the DeepSeek-V4-Flash-0731 launch
+            "--trust-remote-code --model-path deepseek-ai/DeepSeek-V4-Flash-0731 --tp 2 "
+            "--moe-runner-backend flashinfer_mxfp4 --reasoning-parser deepseek-v4 --tool-call-parser deepseekv4 "
+            "--mem-fraction-static 0.92 --cuda-graph-max-bs-decode 32 --host 0.0.0.0 --port 30000",
+            {"tp_size": 2, "mem_fraction_static": 0.92, "cuda_graph_max_bs": 32, "port": 30000},
+        ),
+        (  # sgl-project/sglang#23686, the DeepSeek-V4-Pro AIME launch (``--speculative-algo`` abbreviated)
+            "--trust-remote-code --model-path deepseek-ai/DeepSeek-V4-Pro --tp 8 --cuda-graph-max-bs 256 "
+            "--max-running-requests 256 --enable-metrics --host 0.0.0.0 --port 30300 --mem-fraction-static 0.8 "
+            "--tool-call-parser deepseekv4 --reasoning-parser deepseek-v4 --moe-runner-backend marlin "
+            "--speculative-algo EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1 "
+            "--speculative-num-draft-tokens 4",
+            {
+                "tp_size": 8,
+                "mem_fraction_static": 0.8,
+                "cuda_graph_max_bs": 256,
+                "max_running_requests": 256,
+                "speculative_algorithm": "EAGLE",
+            },
+        ),
+    ],
+    ids=["sglang_33207", "sglang_23686"],
+)
+def test_sglang_33207_and_23686_published_v4_launch_commands_parse(cmd: str, want: dict[str, Any]) -> None:
+    """sgl-project/sglang#33207 and #23686 quote the DeepSeek-V4 launch commands users copy
+    (``--cuda-graph-max-bs-decode``, ``--speculative-algo`` as argparse abbreviates
+    ``--speculative-algorithm``, ``--moe-runner-backend``, the ``deepseekv4`` / ``deepseek-v4``
+    parser names). Expected: each parses and validates unchanged, and the flags this runtime
+    honours hold the values the command gives (read off the command line itself)."""
+    args = parse(cmd)
+    assert args.model_path == cmd.split("--model-path ")[1].split()[0]
+    assert (args.tool_call_parser, args.reasoning_parser) == ("deepseekv4", "deepseek-v4")
+    for k, v in want.items():
+        assert getattr(args, k) == v, k
