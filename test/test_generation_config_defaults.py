@@ -67,8 +67,9 @@ def test_length_keys_are_not_defaults(tok: Any, tmp_path: Path, caplog: pytest.L
 
 @pytest.mark.parametrize(
     "text",
-    ["", "{", "null", "[1, 2]", '{"eos_token_id": "1", "temperature": "hot"}', "\ufeff{}"],
-    ids=["empty", "truncated", "null", "list", "bad-values", "bom"],
+    # a byte-order mark before a JSON object is skipped (RFC 8259 section 8.1); a mark alone is empty
+    ["", "{", "null", "[1, 2]", '{"eos_token_id": "1", "temperature": "hot"}', "\ufeff"],
+    ids=["empty", "truncated", "null", "list", "bad-values", "bom-only"],
 )
 def test_broken_generation_config_is_ignored_with_a_warning(
     tok: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, text: str

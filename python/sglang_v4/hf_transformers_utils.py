@@ -379,7 +379,7 @@ def _read_json_object(file: str) -> dict[str, Any]:
     import json
 
     try:
-        with open(file, encoding="utf-8") as f:
+        with open(file, encoding="utf-8-sig") as f:
             value = json.load(f)
     except ValueError as e:
         raise ValueError(f"tokenizer_path: {file} is not valid JSON ({e})") from None
@@ -394,7 +394,8 @@ def load_chat_templates(path: str, cfg: dict[str, Any]) -> str | dict[str, str] 
     ``"default"`` template) and ``additional_chat_templates/<name>.jinja`` replace
     ``tokenizer_config.json``'s ``chat_template`` (``cfg``); a lone default is a string, several
     templates a ``{name: template}`` dict, and the config's list of ``{"name", "template"}`` (the
-    layout of models with a ``tool_use`` / ``rag`` template) becomes that dict too.
+    layout of models with a ``tool_use`` / ``rag`` template) becomes that dict too. A file's leading
+    UTF-8 byte-order mark is skipped (transformers keeps it as a U+FEFF that starts every prompt).
 
     Returns:
         The template text, ``{name: text}``, or ``None`` when the directory has none.
@@ -402,13 +403,13 @@ def load_chat_templates(path: str, cfg: dict[str, Any]) -> str | dict[str, str] 
     files: dict[str, str] = {}
     default = os.path.join(path, CHAT_TEMPLATE_FILE)
     if os.path.isfile(default):
-        with open(default, encoding="utf-8") as f:
+        with open(default, encoding="utf-8-sig") as f:
             files["default"] = f.read()
     extra_dir = os.path.join(path, CHAT_TEMPLATE_DIR)
     if os.path.isdir(extra_dir):
         for name in sorted(os.listdir(extra_dir)):
             if name.endswith(".jinja"):
-                with open(os.path.join(extra_dir, name), encoding="utf-8") as f:
+                with open(os.path.join(extra_dir, name), encoding="utf-8-sig") as f:
                     files[name[: -len(".jinja")]] = f.read()
     if files:
         return files["default"] if list(files) == ["default"] else files

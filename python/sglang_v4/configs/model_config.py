@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,7 +77,11 @@ def check_supported(hf: DeepseekV4Config) -> None:
             ``num_experts_per_tok`` above ``n_routed_experts``, or an ``o_groups`` that does not
             split the attention output (``num_attention_heads x head_dim`` channels per token) into
             equal groups (HF's ``o_a_proj`` reshapes it into ``o_groups`` groups; such a config
-            fails there on the first token).
+            fails there on the first token); a ``rms_norm_eps`` / ``hc_eps`` that is negative or
+            not finite (the ``rsqrt(mean(x^2) + eps)`` of every RMSNorm gives NaN), a
+            ``routed_scaling_factor`` that is not a finite positive number, or a NaN
+            ``swiglu_limit`` (Python's ``json`` reads ``NaN`` / ``Infinity`` literals, which
+            some published configs carry).
     """
     if hf.scoring_func not in SCORING_FUNCS:
         raise ValueError(
@@ -99,6 +104,18 @@ def check_supported(hf: DeepseekV4Config) -> None:
         v = getattr(hf, name, None)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"{name}: must be a positive integer (the model's context length), got {v!r}")
+    for name, low, strict in (
+        ("rms_norm_eps", 0.0, False),
+        ("hc_eps", 0.0, False),
+        ("routed_scaling_factor", 0.0, True),
+    ):
+        v = getattr(hf, name)
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        if not ok or v < low or (strict and v == low):
+            bound = f"> {low}" if strict else f">= {low}"
+            raise ValueError(f"{name}: must be a finite number {bound}, got {v!r}")
+    if isinstance(hf.swiglu_limit, float) and math.isnan(hf.swiglu_limit):
+        raise ValueError("swiglu_limit: must be a number (0 or below for no clamp), got nan")
     if (hf.num_attention_heads * hf.head_dim) % hf.o_groups:
         raise ValueError(
             f"o_groups: {hf.o_groups} does not divide the attention output (num_attention_heads x "
@@ -271,12 +288,13 @@ def _normalize_raw_config(raw: dict[str, Any]) -> dict[str, Any]:
 def generation_eos_token_ids(model_path: str) -> list[int]:
     """``eos_token_id`` of ``<model_path>/generation_config.json`` as a list (an int there becomes a
     one-element list); empty when the file or the key is absent, or the file is not a JSON object
-    of integer ids (logged: the file is advice, as transformers' ``GenerationConfig`` treats it)."""
+    of integer ids (logged: the file is advice, as transformers' ``GenerationConfig`` treats it).
+    A leading UTF-8 byte-order mark is skipped, as for ``config.json``."""
     path = os.path.join(model_path, "generation_config.json")
     if not os.path.isfile(path):
         return []
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             eos = json.load(f).get("eos_token_id")
     except (OSError, ValueError, AttributeError) as e:
         logger.warning("Ignoring %s (%s)", path, e)
@@ -442,7 +460,8 @@ class ModelConfig:
 
     @classmethod
     def from_pretrained(cls, model_path: str, overrides: dict[str, Any] | None = None) -> ModelConfig:
-        """Read ``<model_path>/config.json``.
+        """Read ``<model_path>/config.json`` (UTF-8; a leading byte-order mark, which Windows editors
+        write, is skipped: RFC 8259 section 8.1 lets a parser ignore it).
 
         Args:
             model_path: the model directory.
@@ -462,7 +481,7 @@ class ModelConfig:
                 DeepSeek-V4 model, or an override key makes it invalid (the message names the field).
         """
         path = os.path.join(model_path, "config.json")
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             try:
                 raw = json.load(f)
             except ValueError as e:  # not JSON (a trailing comma), or not UTF-8 text

@@ -13,6 +13,9 @@ template given as one of:
   ``{"name", "template"}``, ``additional_chat_templates/<name>.jinja``, ``default`` for
   ``chat_template.jinja``), as transformers' ``apply_chat_template(chat_template=name)`` resolves it.
 
+A template file's leading UTF-8 byte-order mark is not part of the template (it would otherwise
+start every prompt with U+FEFF); nor is one at the start of the tokenizer's ``.jinja`` files.
+
 Refused with a message naming ``chat_template``: a path that does not exist, a JSON file (SGLang's
 conversation-template format, which sglang-v4 does not implement: its text would otherwise be
 rendered as the prompt), a template Jinja cannot compile, a name the tokenizer does not have
@@ -134,7 +137,7 @@ def _read_template_file(path: str) -> str:
         ValueError: naming ``chat_template``: unreadable, or a JSON document.
     """
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"chat_template: cannot read {path!r} ({e})") from None

@@ -138,7 +138,7 @@ def check_model_dir(
             f"{MAKE_CHECKPOINT_HINT}"
         )
     try:
-        with open(cfg, encoding="utf-8") as f:
+        with open(cfg, encoding="utf-8-sig") as f:
             raw = json.load(f)
         model_type = raw.get("model_type")
     except (OSError, ValueError, AttributeError) as e:
@@ -266,7 +266,7 @@ def check_modelopt_config(model_path: str) -> None:
     if not os.path.isfile(path):
         return
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             algo = (json.load(f).get("quantization") or {}).get("quant_algo")
     except (OSError, ValueError, AttributeError) as e:
         raise ValueError(f"model_path: {path} is not a readable JSON object ({e})") from None

@@ -20,7 +20,7 @@ def read_model_config(model_path: str) -> dict[str, Any]:
     """``config.json`` of the model directory ``model_path`` as a dict; ``{}`` when it is missing
     or not JSON."""
     try:
-        with open(os.path.join(model_path, "config.json"), encoding="utf-8") as f:
+        with open(os.path.join(model_path, "config.json"), encoding="utf-8-sig") as f:
             return json.load(f)
     except (OSError, ValueError):
         return {}

@@ -13,7 +13,7 @@ def checkpoint_config(model_path: str) -> dict:
     ``ValueError`` naming the file when it is not a JSON object."""
     cfg = os.path.join(model_path, "config.json") if os.path.isdir(model_path) else None
     if cfg and os.path.exists(cfg):
-        with open(cfg, encoding="utf-8") as f:
+        with open(cfg, encoding="utf-8-sig") as f:
             raw = json.load(f)
         if not isinstance(raw, dict):
             raise ValueError(f"{cfg}: expected a JSON object, got {type(raw).__name__}")

@@ -113,7 +113,7 @@ def check_quant_side_files(model_path: str) -> None:
         if not os.path.isfile(path):
             continue
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8-sig") as f:
                 cfg = json.load(f)
             if not isinstance(cfg, dict):
                 raise ValueError("not an object")

@@ -166,7 +166,7 @@ def index_weight_map(model_path: str) -> dict[str, str]:
     if index is None or not os.path.exists(index):
         return {}
     try:
-        with open(index, encoding="utf-8") as f:
+        with open(index, encoding="utf-8-sig") as f:
             weight_map = json.load(f)["weight_map"]
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{index}: not a safetensors index with a weight_map object ({e!r})") from None

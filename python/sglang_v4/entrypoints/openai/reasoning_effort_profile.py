@@ -35,7 +35,7 @@ def detect_reasoning_effort_profile(model_path: str | None) -> str:
     if not model_path or not os.path.isdir(model_path):
         return "preview"
     try:
-        with open(os.path.join(model_path, "config.json"), encoding="utf-8") as f:
+        with open(os.path.join(model_path, "config.json"), encoding="utf-8-sig") as f:
             cfg = json.load(f)
     except (OSError, ValueError):
         cfg = {}
@@ -48,7 +48,7 @@ def detect_reasoning_effort_profile(model_path: str | None) -> str:
             )
         return named
     try:
-        with open(os.path.join(model_path, ENCODER_FILE), encoding="utf-8") as f:
+        with open(os.path.join(model_path, ENCODER_FILE), encoding="utf-8-sig") as f:
             encoder = f.read()
     except (OSError, UnicodeDecodeError):
         return "preview"

@@ -59,7 +59,7 @@ def model_sampling_defaults(model_path: str | None, mode: str) -> dict[str, Any]
     if not os.path.isfile(path):
         return {}
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             cfg = json.load(f)
     except (OSError, ValueError) as e:
         logger.warning("Ignoring %s (%s): chat requests use SGLang's sampling defaults", path, e)
