@@ -411,7 +411,7 @@ def test_mlx_vlm_1501_generation_config_eos_does_not_narrow_the_config_list(tmp_
     ``config.json`` and ``generation_config.json``, plus the tokenizer's EOS, whichever file names
     the list."""
     from sglang_v4.entrypoints.launcher import check_model_dir
-    from sglang_v4.managers.scheduler import stop_token_ids
+    from sglang_v4.managers.stop_tokens import stop_token_ids
 
     cases = {
         "config-list": ({**TINY, "eos_token_id": [2, 320, 327]}, {"eos_token_id": 2}),
@@ -433,7 +433,7 @@ def test_mlx_lm_1414_a_stale_config_eos_list_keeps_the_tokenizers_eos(tmp_path: 
     nor anything of ``generation_config.json``, the stop set still holds the tokenizer's
     ``eos_token_id`` (transformers' ``AutoTokenizer``) beside every config id."""
     from sglang_v4.entrypoints.launcher import check_model_dir
-    from sglang_v4.managers.scheduler import stop_token_ids
+    from sglang_v4.managers.stop_tokens import stop_token_ids
 
     d = write_model_dir(tmp_path / "m", {**TINY, "eos_token_id": [7, 9]})
     tok = check_model_dir(str(d), load_format="dummy", device="cpu")

@@ -308,7 +308,7 @@ def test_smg_2571_the_tokenizers_eos_token_also_ends_generation(tmp_path: Path) 
     only; a model whose tokenizer names another ``eos_token`` (Kimi K3) ended structured outputs
     with that token, which was then printed as text. Expected: the stop set holds the config's
     ``eos_token_id`` and the tokenizer's ``eos_token_id``, each as transformers reads them."""
-    from sglang_v4.managers.scheduler import stop_token_ids
+    from sglang_v4.managers.stop_tokens import stop_token_ids
 
     d = write_model_dir(tmp_path / "m", {**TINY, "eos_token_id": 7})
     tok = check_model_dir(str(d), **DUMMY)
@@ -324,7 +324,7 @@ def test_mlx_vlm_309_every_generation_config_eos_id_ends_generation(tmp_path: Pa
     ``[1, 106]``) and generation stopped on the tokenizer's id only, printing the other until
     ``max_tokens``. Expected: every id of transformers' ``GenerationConfig.eos_token_id`` is a
     stop id, beside ``config.json``'s and the tokenizer's."""
-    from sglang_v4.managers.scheduler import stop_token_ids
+    from sglang_v4.managers.stop_tokens import stop_token_ids
 
     d = write_model_dir(tmp_path / "m", {**TINY, "eos_token_id": 1}, generation={"eos_token_id": [1, 106, 9]})
     tok = check_model_dir(str(d), **DUMMY)

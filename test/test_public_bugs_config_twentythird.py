@@ -378,7 +378,7 @@ def test_german_gpt2_9_eos_token_id_outside_the_vocabulary_is_named_and_left_out
     whether ``config.json`` or ``generation_config.json`` gave it (before, it was kept silently: a
     stop token the model can never sample)."""
     import torch
-    from sglang_v4.managers.scheduler import stop_token_ids
+    from sglang_v4.managers.stop_tokens import stop_token_ids
 
     vocab = TINY["vocab_size"]
     h = _Records()

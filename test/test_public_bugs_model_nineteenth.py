@@ -327,7 +327,7 @@ def test_mlx_vlm_2112_tokenizer_eos_joins_the_generation_config_eos(
     tokenizer's ``eos_token_id`` as transformers' ``AutoTokenizer`` reads it, plus every id the
     two files list."""
     from sglang_v4.hf_transformers_utils import get_tokenizer
-    from sglang_v4.managers.scheduler import stop_token_ids
+    from sglang_v4.managers.stop_tokens import stop_token_ids
 
     d = tmp_path / "m"
     shutil.copytree(default_model_dir, d, ignore=shutil.ignore_patterns("*.safetensors*"))

@@ -257,7 +257,7 @@ def test_sglang_31972_min_new_tokens_masks_config_eos_without_tokenizer_eos() ->
     ``MinNewTokensLengthLogitsProcessor`` over those ids, before and after the minimum."""
     import torch
     from sglang_v4.configs.model_config import ModelConfig
-    from sglang_v4.managers.scheduler import stop_token_ids
+    from sglang_v4.managers.stop_tokens import stop_token_ids
     from sglang_v4.sampling.penalties import apply_penalties
     from sglang_v4.sampling.sampling_params import SamplingParams
     from transformers import MinNewTokensLengthLogitsProcessor

@@ -278,7 +278,7 @@ def test_stop_set_is_the_union_transformers_reads(tmp_path: Path, cfg_eos: Any, 
     list) and the tokenizer's ``eos_token`` is a stop id, each read by transformers' own reader of
     its file (``AutoConfig``, ``GenerationConfig``, ``AutoTokenizer``); nothing else is."""
     from sglang_v4.configs.model_config import ModelConfig
-    from sglang_v4.managers.scheduler import stop_token_ids
+    from sglang_v4.managers.stop_tokens import stop_token_ids
     from transformers import AutoConfig, GenerationConfig
 
     d = tok_dir(tmp_path / "m", {**BASE, "eos_token": "<｜place▁holder▁no▁5｜>"})
@@ -312,7 +312,7 @@ def test_tokenizer_eos_outside_the_model_vocabulary_is_no_stop(
     import logging
 
     from sglang_v4.configs.model_config import ModelConfig
-    from sglang_v4.managers.scheduler import stop_token_ids
+    from sglang_v4.managers.stop_tokens import stop_token_ids
 
     d = tok_dir(tmp_path / "m", {**BASE, "eos_token": "<|im_end|>"})
     cfg = json.loads(
@@ -364,7 +364,7 @@ def test_tokenizer_tokens_past_the_model_vocabulary_are_named_at_start_up(
     import logging
 
     from sglang_v4.configs.model_config import ModelConfig
-    from sglang_v4.managers.scheduler import warn_tokens_beyond_vocab
+    from sglang_v4.managers.stop_tokens import warn_tokens_beyond_vocab
 
     added = ["<my_special>", "<my_other>"]
     d = tok_dir(tmp_path / "m", None)
