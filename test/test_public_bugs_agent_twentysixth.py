@@ -96,10 +96,10 @@ USER = {"role": "user", "content": "Weather in Paris?"}
 def test_vllm_54337_null_content_calls_over_a_long_session(tok: Any, thinking: bool) -> None:
     """vllm-project/vllm#54337: assistant turns sent as ``content: null`` + ``tool_calls`` rendered
     a literal ``None`` per turn, and long agent sessions degenerated as those turns piled up.
-    Forty such rounds (reasoning on each when thinking) render as DeepSeek's encoder renders
+    Twenty-four such rounds (reasoning on each when thinking) render as DeepSeek's encoder renders
     them, with no ``None`` text anywhere."""
     msgs: list[dict[str, Any]] = [USER]
-    for i in range(40):
+    for i in range(24):
         turn: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [chat_call(i)]}
         if thinking:
             turn["reasoning_content"] = f"Step {i}: check again."
@@ -458,3 +458,30 @@ def test_crush_3408_cancelled_call_resent_without_its_result_is_a_400(tok: Any) 
     assert r.status_code == 400, r.text
     assert r.json()["error"]["message"] == "No tool output found for function call call_1."
     assert tm.received == []
+
+
+def test_nakama_333_streamed_tool_use_replays_with_its_input(tok: Any) -> None:
+    """ahmadrosid/nakama#333: a streamed ``tool_use`` block's ``input_json_delta`` fragments were
+    lost, so the call was replayed with ``input: {}``. The ``anthropic`` client's own stream
+    accumulator rebuilds this server's streamed thinking + text + ``tool_use`` turn with its whole
+    input, and that turn replayed renders to the same prompt as the non-streamed one, a prompt
+    that starts with the first turn's prompt followed by the text the model wrote."""
+    reply = "Need the weather.</think>Checking now." + CALL
+    tm = PromptTM(tok, reply=reply)
+    client, _, _ = make_clients(tm)
+    kw: dict[str, Any] = dict(model=MODEL, max_tokens=300, tools=[MESSAGES_WEATHER], thinking=THINK_ON)
+    msgs: list[dict[str, Any]] = [USER]
+    whole = client.messages.create(messages=msgs, **kw)
+    with client.messages.stream(messages=msgs, **kw) as s:
+        streamed = s.get_final_message()
+    first = served(tm)
+    prompts = []
+    for m in (whole, streamed):
+        blocks = [b.model_dump(exclude_none=True) for b in m.content]
+        assert [b["type"] for b in blocks] == ["thinking", "text", "tool_use"]
+        assert blocks[2]["input"] == {"city": "Paris", "days": 3}
+        result = {"type": "tool_result", "tool_use_id": blocks[2]["id"], "content": "Sunny"}
+        turn = [{"role": "assistant", "content": blocks}, {"role": "user", "content": [result]}]
+        client.messages.create(messages=msgs + turn, **kw)
+        prompts.append(served(tm))
+    assert prompts[0] == prompts[1] and prompts[0].startswith(first + reply)
