@@ -57,6 +57,7 @@ message starts with the field as the client sent it, dotted as Anthropic's API w
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -89,10 +90,29 @@ def _error(field: str, why: str) -> RequestError:
     return RequestError(f"{field}: {why}", 400, param=field)
 
 
+#: A chat tool's field (``tools[1].function.parameters``, ``tools[1].function.name``, ``tools[1]``).
+_CHAT_TOOL_FIELD = re.compile(r"tools\[(\d+)\](\.function(\.parameters)?)?")
+#: A message that names its field only in a closing parenthesis (``... (tools.1.input_schema).``).
+_TRAILING_FIELD = re.compile(r"(?P<body>.+) \((?P<field>tools\.\d+(?:\.[\w.]+)?)\)\.", re.DOTALL)
+
+
+def _messages_tool_field(m: re.Match[str]) -> str:
+    """The Messages field of a chat tool field match: ``tools.N.input_schema`` for the function's
+    ``parameters``, ``tools.N`` for the tool or its ``function`` (``.name`` etc. follow as sent)."""
+    return f"tools.{m.group(1)}" + (".input_schema" if m.group(3) else "")
+
+
 def anthropic_field_error(e: RequestError) -> RequestError:
     """``e`` (raised on the chat path) naming the Messages field (:data:`CHAT_FIELD_NAMES`): its
-    ``param`` and the field at the start of its message."""
-    msg, param = e.message, e.param
+    ``param`` and the field at the start of its message. A chat tool field anywhere in the message
+    (``tools[1].function.parameters``) is the client's tool field (``tools.1.input_schema``, the
+    index into the request's ``tools`` as sent, dotted as Anthropic's API writes it); a message
+    that named it only at its end (OpenAI's "Invalid schema for function" text) starts with it."""
+    msg = _CHAT_TOOL_FIELD.sub(_messages_tool_field, e.message)
+    param = None if e.param is None else _CHAT_TOOL_FIELD.sub(_messages_tool_field, e.param)
+    trailing = _TRAILING_FIELD.fullmatch(msg)
+    if trailing is not None and not msg.startswith("tools"):
+        msg = f"{trailing['field']}: {trailing['body']}."
     if param is not None and param.startswith("messages["):  # the converted chat message's path
         param = "messages"
     for chat_name, name in CHAT_FIELD_NAMES.items():
