@@ -414,3 +414,29 @@ def test_chat_tool_fields_in_grammar_errors_read_as_messages_fields() -> None:
     for chat_msg, want in cases.items():
         out = anthropic_field_error(RequestError(chat_msg, 400, param="tools"))
         assert out.message == want and out.status == 400
+
+
+@pytest.mark.parametrize("stops", [["\n"], ["END", " \t"], ["\n\n"]])
+@pytest.mark.parametrize("stream", [False, True])
+def test_whitespace_only_stop_sequence_is_a_400(
+    tok: PreTrainedTokenizerFast, stops: list[str], stream: bool
+) -> None:
+    """BerriAI/litellm#3286 (with litellm#7484): Anthropic's API answers a stop sequence of
+    whitespace only with 400 ``invalid_request_error`` "stop_sequences: each stop sequence must
+    contain non-whitespace" (the body quoted in the report). Here the same message in Anthropic's
+    error shape, nothing reaches the engine, and the ``anthropic`` client raises its
+    ``BadRequestError``; a stop sequence with text around its whitespace (``"\\nEND"``) is served."""
+    tm = PromptTM(tok, reply="Sunny.")
+    client, _, tc = make_clients(tm)
+    body = {"model": MODEL, "max_tokens": 20, "messages": USER, "stop_sequences": stops, "stream": stream}
+    r = tc.post("/v1/messages", json=body)
+    assert r.status_code == 400, r.text
+    err = r.json()
+    assert err["type"] == "error" and err["error"]["type"] == "invalid_request_error"
+    assert err["error"]["message"] == "stop_sequences: each stop sequence must contain non-whitespace"
+    assert tm.received == []
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.create(model=MODEL, max_tokens=20, messages=USER, stop_sequences=stops)
+    ok = tc.post("/v1/messages", json=dict(body, stream=False, stop_sequences=["\nEND"]))
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["content"][0]["text"] == "Sunny."

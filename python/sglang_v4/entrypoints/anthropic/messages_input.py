@@ -539,6 +539,10 @@ def chat_request_data(req: MessagesRequest | CountTokensRequest) -> dict[str, An
         # Anthropic's lower bound is 0: a request that only prefills (a cache pre-warm)
         if isinstance(req.max_tokens, int) and req.max_tokens < 0:
             raise _error("max_tokens", f"must be greater than or equal to 0; got {req.max_tokens}.")
+        # Anthropic's API refuses a stop sequence of whitespace only (in its own words); an empty
+        # one is refused by the chat path's stop check, renamed to this field
+        if any(isinstance(s, str) and s and not s.strip() for s in req.stop_sequences or ()):
+            raise _error("stop_sequences", "each stop sequence must contain non-whitespace")
         data.update(
             max_tokens=req.max_tokens,
             stop=req.stop_sequences,
