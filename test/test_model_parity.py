@@ -3,6 +3,10 @@
 Every prompt position's log-probabilities must agree within 1e-3 (we see ~1e-5) whether the
 sequence is computed as one prefill, in chunks of 1/3/7/64/100/256 tokens, or as part of a mixed
 batch of requests of different lengths; greedy decoding must produce the oracle's tokens.
+
+Fast tier: the many-lengths batch, token-by-token decode and the mixed batch on sliding_first (its
+schedule has all three attention kinds); every config's 100-token chunks and decode past 256; the
+slow tier repeats those three tests on the other configs.
 """
 
 from __future__ import annotations
@@ -34,13 +38,16 @@ def get_twin(name: str):
     return make_twin(name, seed=7)
 
 
-@pytest.fixture(params=ALL)
-def twin(request):
-    return get_twin(request.param)
+def one_config_fast(keep: str, *rest: object) -> list:
+    """Parameters ``(config, *rest)`` for every config in ``ALL``, all but ``keep`` in the slow tier
+    (CPU time); every config stays in the fast tier through the other tests."""
+    return [pytest.param(n, *rest, marks=() if n == keep else pytest.mark.slow) for n in ALL]
 
 
-def test_one_batch_of_many_lengths(twin):
+@pytest.mark.parametrize("name", one_config_fast("sliding_first"))
+def test_one_batch_of_many_lengths(name):
     """All boundary-straddling lengths as ONE mixed extend batch, each vs its own HF forward."""
+    twin = get_twin(name)
     drv = Driver(twin)
     seqs = [random_ids(n, seed=n) for n in LENGTHS]
     slots = [drv.new_req() for _ in seqs]
@@ -61,24 +68,37 @@ def test_chunked_prefill(name, chunk):
     twin = get_twin(name)
     ids = random_ids(1100, seed=1)
     ref = hf_logprobs_memo(twin, ids)  # one HF forward for the four chunk sizes on sliding_first
-    out = Driver(twin).run_chunked(ids, chunk)
+    # 7-token chunks over the first 530 tokens (CPU time): past the 512 page and HCA boundary, chunks
+    # straddling every boundary below it; the other chunk sizes run all 1100 (the oracle is causal:
+    # the rows of a prefix are the prefix's own)
+    n = 530 if chunk < 64 else len(ids)
+    out = Driver(twin).run_chunked(ids[:n], chunk)
+    ref = ref[:n]
     err = (out - ref).abs().max().item()
     assert err <= TOL, f"chunk {chunk}: max |dlogprob| {err}"
 
 
 # 3-token chunks in the slow tier: the fast tier's small extends are test_chunked_prefill's 7-token
-# chunks (sliding_first) and its 100-token chunks crossing the boundaries on every config
-@pytest.mark.parametrize("chunk", [1, pytest.param(3, marks=pytest.mark.slow)])
-def test_small_chunks(twin, chunk):
+# chunks (sliding_first) and its 100-token chunks crossing the boundaries on every config. Token by
+# token on sliding_first only in the fast tier (its schedule has all three attention kinds, top-k
+# below the entries); decode across 256 on the other configs is test_greedy_decode_matches_hf's.
+@pytest.mark.parametrize(
+    "name,chunk",
+    one_config_fast("sliding_first", 1) + [pytest.param(n, 3, marks=pytest.mark.slow) for n in ALL],
+)
+def test_small_chunks(name, chunk):
     """Token-by-token (pure decode) and 3-token chunks across the 128 / 256 boundaries."""
+    twin = get_twin(name)
     ids = random_ids(270, seed=2)
     ref = hf_logprobs(twin, ids)
     out = Driver(twin).run_chunked(ids, chunk)
     assert (out - ref).abs().max().item() <= TOL
 
 
-def test_mixed_prefill_and_decode_batch(twin):
+@pytest.mark.parametrize("name", one_config_fast("sliding_first"))
+def test_mixed_prefill_and_decode_batch(name):
     """A batch mixing decode steps of some requests with prefill chunks of others."""
+    twin = get_twin(name)
     drv = Driver(twin)
     a, b, c = random_ids(600, 3), random_ids(300, 4), random_ids(530, 5)
     sa, sb, sc = drv.new_req(), drv.new_req(), drv.new_req()
@@ -104,7 +124,13 @@ def test_mixed_prefill_and_decode_batch(twin):
         assert err <= TOL
 
 
-@pytest.mark.parametrize("name,prompt_len", [("sliding_first", 5)] + [(n, 250) for n in ALL])
+# decode from 250 past the 256 boundary on the two other configs (sliding_first's token-by-token
+# decode across it is test_small_chunks')
+@pytest.mark.parametrize(
+    "name,prompt_len",
+    [("sliding_first", 5)]
+    + [pytest.param(n, 250, marks=pytest.mark.slow if n == "sliding_first" else ()) for n in ALL],
+)
 def test_greedy_decode_matches_hf(name, prompt_len):
     twin = get_twin(name)
     ids = random_ids(prompt_len, seed=prompt_len + 11)
@@ -112,8 +138,12 @@ def test_greedy_decode_matches_hf(name, prompt_len):
     assert Driver(twin).greedy(ids, 32, chunk=100) == ref
 
 
-def test_pages_return_to_free(twin):
-    drv = Driver(twin)
+# topk_large in the slow tier: sliding_first has the same attention kinds (block and window pages)
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow if n == "topk_large" else ()) for n in ALL]
+)
+def test_pages_return_to_free(name):
+    drv = Driver(get_twin(name))
     drv.run_chunked(random_ids(700, 9), 300)
     assert drv.pool.block_alloc.used == 0 and drv.pool.window_alloc.used == 0
     assert drv.pool.req_slots.available == drv.pool.req_slots.size
