@@ -41,8 +41,9 @@ def sched(model_dir):
     return make_sched(model_dir)
 
 
-# a 3,000-token prefix (longer than a 2,048-token prefill chunk) in the slow tier: the fast tier's
-# longer one is test_shared_prefix_4097
+# a 3,000-token prefix (longer than a 2,048-token prefill chunk) and the 4,097-token one below are in
+# the slow tier; a hit longer than a prefill chunk stays in the fast tier with small chunks
+# (test_chunked_prefill_not_multiple_of_256 and test_public_bugs_cache_twentysixth.py)
 @pytest.mark.parametrize(
     "shared", [1, 255, 256, 257, 511, 512, 1000, pytest.param(3000, marks=pytest.mark.slow)]
 )
@@ -61,6 +62,7 @@ def test_shared_prefix_hit_is_exact(sched, shared):
     assert_idle(sched)
 
 
+@pytest.mark.slow
 def test_shared_prefix_4097(sched):
     base = random_ids(4097, seed=99)
     run_one(sched, "a", base + [1, 2, 3], n=1)  # only fills the cache

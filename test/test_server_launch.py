@@ -64,7 +64,11 @@ def test_hub_id_where_a_directory_is_expected(tmp_path: Path) -> None:
     assert "sglang_v4.tools.make_checkpoint" in line
 
 
-@pytest.mark.parametrize("case", ["file", "no_weights", "no_tokenizer", "other_model"])
+# each case launches a child that loads the model config first (~20-40 s on two cores): the missing
+# tokenizer case, the slowest, is in the slow tier
+@pytest.mark.parametrize(
+    "case", ["file", "no_weights", pytest.param("no_tokenizer", marks=pytest.mark.slow), "other_model"]
+)
 def test_other_bad_directories(tmp_path: Path, case: str) -> None:
     d = make_fake_model_dir(tmp_path)  # config.json, tokenizer files, an empty model.safetensors
     args = ["--model-path", str(d)]
@@ -188,6 +192,7 @@ def test_small_context_length_starts_and_serves(tmp_path: Path) -> None:
         assert h.stop() == 0
 
 
+@pytest.mark.slow  # a whole server start for a flag handed to uvicorn
 def test_https_with_sglangs_ssl_flags(tmp_path: Path) -> None:
     """``--ssl-certfile`` / ``--ssl-keyfile`` (SGLang's flags, handed to uvicorn): the server
     answers HTTPS with that certificate (verified by ``requests`` against it) and plain HTTP gets no
