@@ -1,7 +1,8 @@
-"""Shared pieces of the chat-completions tool-calling tests: the weather tool (also in the Responses API's flat shape), scripted and chunking fake tokenizer managers, an in-process OpenAI client over them, and a stream accumulator."""
+"""Shared pieces of the chat-completions tool-calling tests: the weather tool (also in the Responses API's flat shape), scripted and chunking fake tokenizer managers, an in-process OpenAI client over them, a stream accumulator, and readers of a server-sent-event body (its JSON chunks, and the ``openai`` client's fold of them)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
@@ -10,6 +11,8 @@ import openai
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from openai.lib.streaming.chat import ChatCompletionStreamState
+from openai.types.chat import ChatCompletionChunk
 from sglang_v4.entrypoints.anthropic import create_anthropic_router
 from sglang_v4.entrypoints.openai import create_openai_router
 from sglang_v4.managers.io_struct import GenerateReqInput
@@ -202,6 +205,44 @@ class ChunkTM:
                 yield o
         else:
             yield outs[-1]
+
+
+def grammar_chunk_tm(tokenizer: Any, reply: str, per_chunk: int = 1) -> ChunkTM:
+    """A :class:`ChunkTM` writing ``reply`` (``per_chunk`` tokens per streamed chunk) that reports a
+    grammar backend (``grammar_enabled``), so ``tool_choice`` forcing and ``strict`` tools are
+    served rather than refused."""
+    tm = ChunkTM(tokenizer, reply, per_chunk=per_chunk)
+    tm.grammar_enabled = True  # type: ignore[attr-defined]
+    return tm
+
+
+def sse_chunks(text: str) -> list[dict[str, Any]]:
+    """The JSON objects of a server-sent-event body ``text``, in order: every ``data: {...}`` line
+    parsed with ``json.loads``; ``data: [DONE]`` and ``event:`` lines are left out."""
+    return [json.loads(x[6:]) for x in text.split("\n") if x.startswith("data: {")]
+
+
+def stream_chunks(tc: TestClient, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The raw chunks (``[DONE]`` left out) of ``body`` streamed on ``/v1/chat/completions``
+    through ``tc`` (``model`` ``"m"`` and ``stream: true`` added); asserts HTTP 200, and validates
+    each chunk against the ``openai`` client's ``ChatCompletionChunk`` (pydantic's
+    ``ValidationError`` on a mismatch)."""
+    r = tc.post("/v1/chat/completions", json={"model": "m", **body, "stream": True})
+    assert r.status_code == 200, r.text
+    chunks = sse_chunks(r.text)
+    for c in chunks:
+        ChatCompletionChunk.model_validate(c)
+    return chunks
+
+
+def fold_chat_stream(text: str) -> Any:
+    """A streamed chat answer (the SSE body ``text``) as the ``openai`` client folds it: its
+    ``ChatCompletionStreamState`` fed every chunk, and that state's completion snapshot after the
+    last one (the client's ``get_final_completion`` would refuse a ``length`` finish)."""
+    state = ChatCompletionStreamState()
+    for c in sse_chunks(text):
+        state.handle_chunk(ChatCompletionChunk.model_validate(c))
+    return state.current_completion_snapshot
 
 
 def _message(client: Any, **kw: Any) -> tuple[str, list[tuple[str, str]], str]:

@@ -4,7 +4,8 @@
 the scheduler sends them (one request ``r``, a fixed number of new output ids a message, the last
 message finishing the request) and returns the text chunks it sent and its final text;
 ``feed_each_token`` feeds a given ``DetokenizerManager`` one token a message and reports the text
-sent and the decode window after each; ``encode_plain`` and ``byte_token`` build the id sequences the tests feed it.
+sent and the decode window after each; ``encode_plain`` and ``byte_token`` build the id sequences the tests feed it;
+``batch_str_out`` builds the message the detokenizer sends on to the tokenizer manager.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from sglang_v4.hf_transformers_utils import byte_level_token_bytes
 from sglang_v4.managers.detokenizer_manager import DetokenizerManager
-from sglang_v4.managers.io_struct import BatchTokenIDOut, finish_length
+from sglang_v4.managers.io_struct import BatchStrOut, BatchTokenIDOut, finish_length
 
 
 def encode_plain(hf: Any, text: str) -> list[int]:
@@ -90,3 +91,21 @@ def byte_token(hf: Any, b: int) -> int:
         if byte_level_token_bytes(hf, t) == bytes([b]):
             return t
     raise AssertionError(f"no single-byte token for {b:#x}")
+
+
+def batch_str_out(rid: str, finished: bool = True) -> BatchStrOut:
+    """A detokenizer message (``BatchStrOut``) for the one request ``rid``: one output token (id 1,
+    text ``"x"``) after a 3-token prompt, finished by length (``{"type": "length", "length": 1}``)
+    or, with ``finished=False``, still running (finish reason ``None``)."""
+    return BatchStrOut(
+        rids=[rid],
+        finished_reasons=[{"type": "length", "length": 1} if finished else None],
+        output_strs=["x"],
+        final_strs=[None],
+        output_ids=[[1]],
+        prompt_tokens=[3],
+        completion_tokens=[1],
+        cached_tokens=[0],
+        time_stats=[None],
+        detokenizer_ts=0.0,
+    )

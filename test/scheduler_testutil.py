@@ -3,7 +3,9 @@
 ``make_scheduler`` builds one on CPU / float32 over a random checkpoint (the ``sched_model_dir``
 fixture in ``conftest.py``, or :func:`write_sched_model` for another seed); ``submit`` queues a
 greedy request; ``drain`` steps until idle and collects every request's outputs; ``assert_idle``
-checks that after a flush no page or request slot is left in use.
+checks that after a flush no page or request slot is left in use; ``cold_output_ids`` is the
+cold-run oracle of one request and ``collect_outputs`` folds one step's message by hand;
+``radix_tree`` is a bare ``RadixCache`` on small blocks for the tree-level tests.
 
 Schedulers built by ``make_scheduler`` on the same unchanged model directory share one loaded
 tokenizer (the scheduler only reads it; loading the DeepSeek vocabulary costs about a second).
@@ -21,6 +23,8 @@ from sglang_v4.managers.io_struct import TokenizedGenerateReqInput
 from sglang_v4.managers.req import Req
 from sglang_v4.managers.scheduler import Scheduler
 from sglang_v4.managers.scheduler_output_processor import SchedulerOutputProcessorMixin
+from sglang_v4.mem_cache.allocator import PageAllocator
+from sglang_v4.mem_cache.radix_cache import RadixCache
 from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.server_args import ServerArgs
 from sglang_v4.tools.make_checkpoint import write_checkpoint
@@ -151,6 +155,34 @@ def run_one(s: Scheduler, rid: str, ids: list[int], n: int = 6, **kw: Any) -> di
     """Submit one request and drain; its result (see :func:`drain`)."""
     submit(s, rid, ids, n, **kw)
     return drain(s)[rid]
+
+
+def cold_output_ids(s: Scheduler, rid: str, ids: list[int], n: int) -> list[int]:
+    """The output ids of ``ids`` run alone on a flushed cache (``n`` new tokens, greedy): the cold
+    run the cache tests compare against. Flushes before and after, asserting each flush succeeds
+    (``s`` must be idle)."""
+    assert s.flush_cache()
+    out = run_one(s, rid, ids, n)["ids"]
+    assert s.flush_cache()
+    return out
+
+
+def collect_outputs(out: Any, res: dict[str, dict]) -> None:
+    """Add one step's output message ``out`` (``BatchTokenIDOut`` or ``None``) to ``res``: per rid
+    a dict of ``ids`` (output ids so far), ``cached`` (cached prompt tokens) and ``finish`` (the
+    finish reason, ``None`` while running)."""
+    for i, rid in enumerate(out.rids if out else []):
+        r = res.setdefault(rid, {"ids": [], "cached": 0, "finish": None})
+        r["ids"] += out.output_ids[i]
+        r["cached"] = out.cached_tokens[i]
+        r["finish"] = out.finished_reasons[i]
+
+
+def radix_tree(page_size: int, n: int = 64) -> tuple[RadixCache, PageAllocator, PageAllocator]:
+    """A bare ``RadixCache`` of ``page_size``-token blocks over two fresh allocators of ``n`` pages
+    each; returns ``(cache, block allocator, window allocator)``."""
+    ba, wa = PageAllocator(n, "block"), PageAllocator(n, "window")
+    return RadixCache(ba, wa, page_size=page_size), ba, wa
 
 
 def assert_idle(s: Scheduler) -> None:

@@ -23,6 +23,7 @@ import openai
 import pytest
 import requests
 import torch
+from chat_tools_testutil import sse_chunks
 from sglang_v4.entrypoints.openai.prompt_logprobs import vllm_prompt_logprobs
 from sglang_v4.sampling.sampler import token_ranks
 
@@ -184,7 +185,7 @@ def test_prompt_logprobs_refusals_name_the_field(url: str, path: str) -> None:
     # 0 with a stream: accepted (vLLM's rule), and no chunk carries prompt logprobs
     with requests.post(url + path, json={**base, "prompt_logprobs": 0, "stream": True}, timeout=60) as r:
         assert r.status_code == 200
-        chunks = [json.loads(x[6:]) for x in r.iter_lines(decode_unicode=True) if x.startswith("data: {")]
+        chunks = sse_chunks(r.text)
     assert chunks and not any("prompt_logprobs" in json.dumps(c) for c in chunks)
     ok = requests.post(url + path, json={**base, "prompt_logprobs": 20}, timeout=60)  # the bound itself
     assert ok.status_code == 200, ok.text

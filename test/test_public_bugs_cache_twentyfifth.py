@@ -19,7 +19,16 @@ from typing import Any
 
 import pytest
 from dsv4_testutil import random_ids
-from scheduler_testutil import PAGE, assert_idle, make_scheduler, run_one, submit
+from scheduler_testutil import (
+    PAGE,
+    assert_idle,
+    cold_output_ids,
+    collect_outputs,
+    make_scheduler,
+    radix_tree,
+    run_one,
+    submit,
+)
 from sglang_v4.managers.schedule_policy import priority_preemption
 from sglang_v4.mem_cache.allocator import PageAllocator
 from sglang_v4.mem_cache.radix_cache import RadixCache, RadixKey, TreeNode
@@ -30,11 +39,6 @@ P = 4  # block size of the tree-level tests
 
 
 # --- tree level ----------------------------------------------------------------------------------
-
-
-def _tree(n: int = 64) -> tuple[RadixCache, PageAllocator, PageAllocator]:
-    ba, wa = PageAllocator(n, "block"), PageAllocator(n, "window")
-    return RadixCache(ba, wa, page_size=P), ba, wa
 
 
 def _insert(
@@ -75,7 +79,7 @@ def test_llm_d_sim_704_eviction_takes_the_last_block_of_a_chain_first() -> None:
     A three-block sequence is cached; evicting one block page at a time drops block 3, then 2,
     then 1: the same prompt then hits 2 blocks, then 1, then none (the report's stated vLLM
     behaviour), and the allocator gets back exactly one page each time."""
-    c, ba, wa = _tree()
+    c, ba, wa = radix_tree(P)
     seq = list(range(100, 100 + 3 * P))
     _insert(c, ba, wa, seq)
     assert (ba.used, wa.used) == (3, 3)
@@ -95,7 +99,7 @@ def test_lmcache_443_eviction_never_orphans_blocks_after_a_shared_prefix() -> No
     stays, every cached block is still reachable from the root, the older branch (LRU) is the
     one dropped: its sequence still hits the shared block, the other all 3 blocks (counts
     derived by hand)."""
-    c, ba, wa = _tree()
+    c, ba, wa = radix_tree(P)
     shared = [7] * P
     a = shared + list(range(200, 200 + 2 * P))
     b = shared + list(range(300, 300 + 2 * P))
@@ -123,7 +127,7 @@ def test_kvcached_362_an_evicted_page_reused_for_another_prefix_no_longer_matche
     cache kept its hash, so a page re-allocated to a different prefix could still be served
     for the old one). Sequence A is cached, fully evicted, and its pages go to sequence B:
     A then matches nothing, B matches all of its blocks with exactly the pages it was given."""
-    c, ba, wa = _tree(n=2)  # two pages: B must reuse A's
+    c, ba, wa = radix_tree(P, n=2)  # two pages: B must reuse A's
     a = list(range(10, 10 + 2 * P))
     bseq = list(range(50, 50 + 2 * P))
     a_pages = _insert(c, ba, wa, a)
@@ -141,7 +145,7 @@ def test_mini_sglang_45_a_lock_count_back_at_zero_makes_the_path_evictable() -> 
     that makes a node evictable again was dead). Two requests lock the same 3-block path:
     after the first unlock all 3 blocks stay locked; after the second they are evictable
     again and ``evict`` frees all 3 (counts derived from the inserted sequence)."""
-    c, ba, wa = _tree()
+    c, ba, wa = radix_tree(P)
     seq = list(range(1, 1 + 3 * P))
     _insert(c, ba, wa, seq)
     node = c.match_prefix(seq + [0]).last_node
@@ -164,7 +168,7 @@ def test_sglang_27147_resume_state_adopted_while_locked_keeps_counts_balanced() 
     states); a second insert brings resume states for both block ends while it is locked. They
     count as locked (2) at once; after the unlock nothing is locked and all 2 blocks and 2
     resume states are evictable, and a flush returns every page."""
-    c, ba, wa = _tree()
+    c, ba, wa = radix_tree(P)
     seq = list(range(40, 40 + 2 * P))
     _insert(c, ba, wa, seq, windows=False)
     assert c.match_prefix_len(seq + [0]) == 0  # no resume state: no usable hit
@@ -190,7 +194,7 @@ def test_sglang_38480_a_lock_taken_before_a_split_is_released_on_every_fragment(
     match splits it into 1 + 2 blocks: both fragments count as locked (2 nodes, 3 blocks).
     Releasing the lock through the original node unlocks both: no lock is left and all
     3 blocks can be evicted (counts derived by hand)."""
-    c, ba, wa = _tree()
+    c, ba, wa = radix_tree(P)
     seq = list(range(60, 60 + 3 * P))
     _insert(c, ba, wa, seq)
     node = c.match_prefix(seq + [0]).last_node
@@ -215,7 +219,7 @@ def test_sglang_36696_a_split_node_stays_under_its_own_key_in_a_namespace() -> N
     the same tokens lives in namespace ``s2``; then leaves are evicted one page at a time until
     the tree is empty. After every step each node sits in its parent under its own key, and
     the namespaces never see each other's blocks (hits derived by hand)."""
-    c, ba, wa = _tree()
+    c, ba, wa = radix_tree(P)
     a = list(range(500, 500 + 3 * P))
     b = a[:P] + list(range(900, 900 + 2 * P))
     _insert(c, ba, wa, RadixKey(a, "s1"))
@@ -235,15 +239,6 @@ def test_sglang_36696_a_split_node_stays_under_its_own_key_in_a_namespace() -> N
 
 
 # --- scheduler level -----------------------------------------------------------------------------
-
-
-def _collect(out: Any, res: dict[str, dict]) -> None:
-    """Add one message's outputs to ``res`` (per rid: ``ids``, ``cached``, ``finish``)."""
-    for i, rid in enumerate(out.rids if out else []):
-        r = res.setdefault(rid, {"ids": [], "cached": 0, "finish": None})
-        r["ids"] += out.output_ids[i]
-        r["cached"] = out.cached_tokens[i]
-        r["finish"] = out.finished_reasons[i]
 
 
 def _integrity(s: Any) -> None:
@@ -273,14 +268,6 @@ def prio(sched_model_dir: str) -> Any:
     )
 
 
-def _cold(s: Any, rid: str, ids: list[int], n: int) -> list[int]:
-    """The cold run's output ids (the oracle): flush, run alone, flush."""
-    assert s.flush_cache()
-    out = run_one(s, rid, ids, n)["ids"]
-    assert s.flush_cache()
-    return out
-
-
 def test_sglang_jax_1471_an_aborted_chunked_prefill_schedules_no_further_chunk(sched: Any) -> None:
     """sgl-project/sglang-jax#1471 and #984 (an abort did not reach the request mid chunked
     prefill: it kept its slot and KV, or had further chunks scheduled). A 1000-token prompt is
@@ -288,15 +275,15 @@ def test_sglang_jax_1471_an_aborted_chunked_prefill_schedules_no_further_chunk(s
     reported with no output token, every page and slot is free, and a request sent next gets
     its cold run's tokens."""
     prompt, nxt = random_ids(1000, seed=14711), random_ids(300, seed=14712)
-    cold = _cold(sched, "cold", nxt, 4)
+    cold = cold_output_ids(sched, "cold", nxt, 4)
     submit(sched, "long", prompt, 4)
     res: dict[str, dict] = {}
-    _collect(sched.step(), res)
+    collect_outputs(sched.step(), res)
     done = sched.prefill_tokens_done
     assert sched.running and sched.running[0].num_computed < len(prompt)  # mid-prefill
     sched.abort_request("long")
     for _ in range(5):
-        _collect(sched.step(), res)
+        collect_outputs(sched.step(), res)
     assert sched.prefill_tokens_done == done  # no chunk after the abort
     assert res["long"]["finish"]["type"] == "abort" and res["long"]["ids"] == []
     assert not sched.running and not sched.waiting
@@ -316,10 +303,10 @@ def test_sglang_29471_a_request_preempted_mid_chunked_prefill_resumes_cold_equal
     the cache hit of its first admission (0: nothing was cached), locks stay balanced, and no
     page is left in use."""
     low, high = random_ids(1000, seed=29471), random_ids(300, seed=29472)
-    cold_low, cold_high = _cold(prio, "cl", low, 5), _cold(prio, "ch", high, 5)
+    cold_low, cold_high = cold_output_ids(prio, "cl", low, 5), cold_output_ids(prio, "ch", high, 5)
     submit(prio, "low", low, 5, priority=0)
     res: dict[str, dict] = {}
-    _collect(prio.step(), res)
+    collect_outputs(prio.step(), res)
     assert prio.running[0].rid == "low" and 0 < prio.running[0].num_computed < len(low)
     submit(prio, "high", high, 5, priority=100)
     order: list[str] = []
@@ -327,7 +314,7 @@ def test_sglang_29471_a_request_preempted_mid_chunked_prefill_resumes_cold_equal
         if not prio.has_work():
             break
         out = prio.step()
-        _collect(out, res)
+        collect_outputs(out, res)
         order += [rid for i, rid in enumerate(out.rids if out else []) if out.finished_reasons[i]]
         _integrity(prio)
     assert order == ["high", "low"]
@@ -346,12 +333,12 @@ def test_vllm_51574_a_preempted_request_is_readmitted_before_a_newer_equal_one(p
     (priority 0, arrived after ``a``) is queued: once ``hi`` is done, ``a`` is admitted before
     ``b`` (finish order hi, a, b with one running request at most), all with cold outputs."""
     pa, pb, ph = random_ids(300, seed=51574), random_ids(300, seed=51575), random_ids(200, seed=51576)
-    colds = {k: _cold(prio, "c" + k, p, 4) for k, p in (("a", pa), ("b", pb), ("hi", ph))}
+    colds = {k: cold_output_ids(prio, "c" + k, p, 4) for k, p in (("a", pa), ("b", pb), ("hi", ph))}
     submit(prio, "a", pa, 4, priority=0)
     res: dict[str, dict] = {}
-    _collect(prio.step(), res)
+    collect_outputs(prio.step(), res)
     submit(prio, "hi", ph, 4, priority=100)
-    _collect(prio.step(), res)
+    collect_outputs(prio.step(), res)
     assert prio.running and prio.running[0].rid == "hi"  # ``a`` was preempted
     submit(prio, "b", pb, 4, priority=0)
     order: list[str] = []
@@ -359,7 +346,7 @@ def test_vllm_51574_a_preempted_request_is_readmitted_before_a_newer_equal_one(p
         if not prio.has_work():
             break
         out = prio.step()
-        _collect(out, res)
+        collect_outputs(out, res)
         order += [rid for i, rid in enumerate(out.rids if out else []) if out.finished_reasons[i]]
     assert order == ["hi", "a", "b"]
     for k in colds:
@@ -446,15 +433,15 @@ def test_vllm_39375_no_preemption_that_cannot_make_room(tight: Any) -> None:
         random_ids(3 * PAGE, seed=39377),
     )
     colds = {
-        "h1": _cold(tight, "c1", p1, 30),
-        "lo": _cold(tight, "cl", pl, 120),
-        "h2": _cold(tight, "c2", p2, 4),
+        "h1": cold_output_ids(tight, "c1", p1, 30),
+        "lo": cold_output_ids(tight, "cl", pl, 120),
+        "h2": cold_output_ids(tight, "c2", p2, 4),
     }
     submit(tight, "h1", p1, 30, priority=100)
     submit(tight, "lo", pl, 120, priority=0)
     res: dict[str, dict] = {}
     for _ in range(6):  # h1's four chunks and lo's prompt; both decode after
-        _collect(tight.step(), res)
+        collect_outputs(tight.step(), res)
     assert {r.rid for r in tight.running} == {"h1", "lo"}
     ba = tight.pool.block_alloc
     assert ba.num_pages - ba.used == 1  # h1 holds 4 blocks, lo 1
@@ -463,7 +450,7 @@ def test_vllm_39375_no_preemption_that_cannot_make_room(tight: Any) -> None:
     for _ in range(400):
         if not tight.has_work():
             break
-        _collect(tight.step(), res)
+        collect_outputs(tight.step(), res)
         retracted_lo = max(retracted_lo, next((r.num_retractions for r in tight.running if r.rid == "lo"), 0))
         retracted_lo = max(retracted_lo, next((r.num_retractions for r in tight.waiting if r.rid == "lo"), 0))
     assert retracted_lo == 0
@@ -482,7 +469,7 @@ def test_vllm_4761_a_prefix_whose_pages_were_reused_is_recomputed(tight: Any) ->
     exactly its first block (256 tokens, derived by hand; not 512), and every output equals
     its cold run."""
     pa, pb = random_ids(2 * PAGE + 10, seed=4761), random_ids(5 * PAGE - 20, seed=4762)
-    cold_a, cold_b = _cold(tight, "ca", pa, 4), _cold(tight, "cb", pb, 4)
+    cold_a, cold_b = cold_output_ids(tight, "ca", pa, 4), cold_output_ids(tight, "cb", pb, 4)
     first = run_one(tight, "a", pa, 4)
     assert first["ids"] == cold_a and first["cached"] == 0
     assert tight.tree_cache.total_pages()[0] == 2

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from dsv4_testutil import random_ids
-from scheduler_testutil import PAGE, assert_idle, drain, make_scheduler, run_one, submit
+from scheduler_testutil import PAGE, assert_idle, drain, make_scheduler, radix_tree, run_one, submit
 from sglang_v4.mem_cache.allocator import PageAllocator
 from sglang_v4.mem_cache.radix_cache import RadixCache, TreeNode
 
@@ -27,11 +27,6 @@ P = 4  # block size of the tree-level tests
 
 
 # --- tree level ----------------------------------------------------------------------------------
-
-
-def _tree(n: int = 64) -> tuple[RadixCache, PageAllocator, PageAllocator]:
-    ba, wa = PageAllocator(n, "block"), PageAllocator(n, "window")
-    return RadixCache(ba, wa, page_size=P), ba, wa
 
 
 def _insert(c: RadixCache, ba: PageAllocator, wa: PageAllocator, tokens: list[int]) -> None:
@@ -67,7 +62,7 @@ def test_partial_match_locks_only_the_matched_blocks() -> None:
     # the match pinned the node's whole edge, and the unmatched tail could never be evicted.
     # A 4-block sequence is cached; a request sharing its first 2 blocks matches and locks them:
     # exactly those 2 stay locked, the other 2 are evictable and evict() frees them.
-    c, ba, wa = _tree()
+    c, ba, wa = radix_tree(P)
     seq = list(range(100, 100 + 4 * P))
     _insert(c, ba, wa, seq)
     m = c.match_prefix(seq[: 2 * P] + [7, 7, 7])
@@ -88,7 +83,7 @@ def test_evictable_and_locked_counts_match_the_tree_after_splits_and_evictions()
     # partial matches that lock (splitting nodes), unlocks and evictions: after every operation
     # the counters in stats() equal a walk of the tree, and the allocators hold exactly its pages.
     rng = random.Random(6907)
-    c, ba, wa = _tree(256)
+    c, ba, wa = radix_tree(P, 256)
     stems = [[rng.randrange(1, 50) for _ in range(6 * P)] for _ in range(3)]
     locked: list[TreeNode] = []
     for _ in range(300):
@@ -125,7 +120,7 @@ def test_token_ids_equal_in_their_low_bits_never_share_a_block() -> None:
     # waybarrios/vllm-mlx#444: the block key kept only the low 8 bits of each token id, so token
     # 65 and token 321 keyed the same block and a prompt was served another prompt's KV. Blocks
     # that differ only above bit 8, 16 or 24 of one token id are distinct keys here.
-    c, ba, wa = _tree()
+    c, ba, wa = radix_tree(P)
     base = [65, 1, 2, 3] * 2
     _insert(c, ba, wa, base)
     assert c.match_prefix(base + [9]).num_tokens == 2 * P
@@ -139,7 +134,7 @@ def test_lock_calls_on_an_evicted_node_are_refused() -> None:
     # sgl-project/sglang#29291: dec_lock_ref got a request's stale node that was no longer in the
     # tree and walked its parent chain, corrupting the lock counts. An evicted node (and one
     # dropped by a flush) is refused with ValueError and the counters stay as they were.
-    c, ba, wa = _tree()
+    c, ba, wa = radix_tree(P)
     seq = list(range(1, 1 + 2 * P))
     _insert(c, ba, wa, seq)
     node = c.match_prefix(seq + [0]).last_node

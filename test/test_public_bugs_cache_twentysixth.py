@@ -21,7 +21,17 @@ from typing import Any
 
 import pytest
 from dsv4_testutil import random_ids
-from scheduler_testutil import PAGE, assert_idle, drain, make_scheduler, run_one, submit
+from scheduler_testutil import (
+    PAGE,
+    assert_idle,
+    cold_output_ids,
+    collect_outputs,
+    drain,
+    make_scheduler,
+    radix_tree,
+    run_one,
+    submit,
+)
 from sglang_v4.managers.request_timeouts import WAITING_TIMEOUT_ENV, WAITING_TIMEOUT_MSG, abort_timed_out
 from sglang_v4.mem_cache.allocator import PageAllocator
 from sglang_v4.mem_cache.radix_cache import RadixCache
@@ -32,11 +42,6 @@ P = 4  # block size of the tree-level tests
 
 
 # --- tree level ----------------------------------------------------------------------------------
-
-
-def _tree(n: int = 64) -> tuple[RadixCache, PageAllocator, PageAllocator]:
-    ba, wa = PageAllocator(n, "block"), PageAllocator(n, "window")
-    return RadixCache(ba, wa, page_size=P), ba, wa
 
 
 def _insert(c: RadixCache, ba: PageAllocator, wa: PageAllocator, key: list[int]) -> None:
@@ -55,7 +60,7 @@ def test_vllm_53749_a_shared_prefix_hits_its_whole_blocks_and_nothing_below_one(
     hits 0). A 5-block sequence is cached; queries sharing its first X tokens (X = 0 .. 20) and
     then diverging hit exactly the report's predicted ``floor(X / 4) * 4``, through both
     ``match_prefix_len`` and ``match_prefix``; the length-matched control hits 0."""
-    c, ba, wa = _tree()
+    c, ba, wa = radix_tree(P)
     base = list(range(100, 100 + 5 * P))
     _insert(c, ba, wa, base)
     for x in range(0, 5 * P + 1):
@@ -73,7 +78,7 @@ def test_sglang_34144_eviction_skips_a_locked_path_and_its_shared_ancestors() ->
     own two blocks each; ``b``'s leaf is locked (so is the shared block, its ancestor). Asking
     for every page frees only ``a``'s own 2 blocks; ``b`` still hits all 3 blocks; after the
     unlock the remaining 3 are evictable and go (counts derived by hand)."""
-    c, ba, wa = _tree()
+    c, ba, wa = radix_tree(P)
     shared = [9] * P
     a = shared + list(range(200, 200 + 2 * P))
     b = shared + list(range(300, 300 + 2 * P))
@@ -94,29 +99,12 @@ def test_sglang_34144_eviction_skips_a_locked_path_and_its_shared_ancestors() ->
 # --- scheduler level -----------------------------------------------------------------------------
 
 
-def _collect(out: Any, res: dict[str, dict]) -> None:
-    """Add one message's outputs to ``res`` (per rid: ``ids``, ``cached``, ``finish``)."""
-    for i, rid in enumerate(out.rids if out else []):
-        r = res.setdefault(rid, {"ids": [], "cached": 0, "finish": None})
-        r["ids"] += out.output_ids[i]
-        r["cached"] = out.cached_tokens[i]
-        r["finish"] = out.finished_reasons[i]
-
-
 def _run(s: Any, res: dict[str, dict], max_steps: int = 2000) -> None:
     for _ in range(max_steps):
         if not s.has_work():
             return
-        _collect(s.step(), res)
+        collect_outputs(s.step(), res)
     raise AssertionError("scheduler did not finish")
-
-
-def _cold(s: Any, rid: str, ids: list[int], n: int) -> list[int]:
-    """The cold run's output ids (the oracle): flush, run alone, flush."""
-    assert s.flush_cache()
-    out = run_one(s, rid, ids, n)["ids"]
-    assert s.flush_cache()
-    return out
 
 
 def _hit(prompt_len: int) -> int:
@@ -182,7 +170,7 @@ def test_inference_sim_196_chunked_prefill_caches_blocks_at_absolute_offsets(sch
     a = random_ids(2 * PAGE + 40, seed=196)
     b = a[: PAGE + 50] + random_ids(30, seed=1961)
     c = a[PAGE : 2 * PAGE] + random_ids(40, seed=1962)
-    cold_b = _cold(sched, "cb", b, 2)
+    cold_b = cold_output_ids(sched, "cb", b, 2)
     run_one(sched, "a", a, 1)
     rb = run_one(sched, "b", b, 2)
     assert rb["cached"] == PAGE and rb["ids"] == cold_b
@@ -197,16 +185,16 @@ def test_sglang_418_a_prefilled_prompt_is_cached_before_its_request_finishes(sch
     tokens) is decoding 8 tokens when ``b`` with the same prompt arrives: ``b`` hits 256
     tokens while ``a`` still runs, and both outputs equal their cold runs."""
     prompt = random_ids(PAGE + 30, seed=418)
-    cold_a = _cold(sched, "ca", prompt, 8)
+    cold_a = cold_output_ids(sched, "ca", prompt, 8)
     submit(sched, "a", prompt, 8)
     res: dict[str, dict] = {}
     for _ in range(10):
-        _collect(sched.step(), res)
+        collect_outputs(sched.step(), res)
         if res.get("a", {}).get("ids"):
             break
     assert res["a"]["ids"] and res["a"]["finish"] is None  # decoding, not done
     submit(sched, "b", prompt, 2)
-    _collect(sched.step(), res)
+    collect_outputs(sched.step(), res)
     assert {r.rid for r in sched.running} >= {"a", "b"}
     _run(sched, res)
     assert res["b"]["cached"] == _hit(len(prompt)) == PAGE
@@ -220,11 +208,11 @@ def test_sglang_103_flush_cache_is_refused_while_a_request_holds_the_tree(sched:
     the flush returns False, the cached blocks and locks are unchanged and the request's output
     equals its cold run; once it is done the flush succeeds and nothing stays cached."""
     prompt = random_ids(PAGE + 30, seed=103)
-    cold = _cold(sched, "c", prompt, 4)
+    cold = cold_output_ids(sched, "c", prompt, 4)
     run_one(sched, "seed", prompt, 1)
     submit(sched, "r", prompt, 4)
     res: dict[str, dict] = {}
-    _collect(sched.step(), res)
+    collect_outputs(sched.step(), res)
     assert sched.running and sched.running[0].rid == "r"
     before = sched.tree_cache.stats()
     assert before["locked_blocks"] == 1
@@ -238,6 +226,20 @@ def test_sglang_103_flush_cache_is_refused_while_a_request_holds_the_tree(sched:
     assert_idle(sched)
 
 
+def _a_runs_b_waits(
+    sched: Any, monkeypatch: pytest.MonkeyPatch, pa: list[int], pb: list[int]
+) -> dict[str, dict]:
+    """With one running request at most, submit ``a`` (prompt ``pa``) then ``b`` (``pb``), 4 new
+    tokens each, and take one step: ``a`` runs, ``b`` waits. Returns the outputs collected so far
+    (see ``collect_outputs``)."""
+    monkeypatch.setattr(sched, "max_running_requests", 1)
+    submit(sched, "a", pa, 4)
+    submit(sched, "b", pb, 4)
+    res: dict[str, dict] = {}
+    collect_outputs(sched.step(), res)
+    return res
+
+
 def test_sglang_8587_aborting_a_queued_request_leaves_no_page_and_others_unaffected(
     sched: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -246,12 +248,8 @@ def test_sglang_8587_aborting_a_queued_request_leaves_no_page_and_others_unaffec
     ``b`` is reported aborted with no token, the page counts do not move at the abort, ``a``
     gets its cold run's tokens, and after a flush every page and slot is free."""
     pa, pb = random_ids(100, seed=8587), random_ids(100, seed=8588)
-    cold_a = _cold(sched, "ca", pa, 4)
-    monkeypatch.setattr(sched, "max_running_requests", 1)
-    submit(sched, "a", pa, 4)
-    submit(sched, "b", pb, 4)
-    res: dict[str, dict] = {}
-    _collect(sched.step(), res)
+    cold_a = cold_output_ids(sched, "ca", pa, 4)
+    res = _a_runs_b_waits(sched, monkeypatch, pa, pb)
     assert [r.rid for r in sched.waiting] == ["b"]
     p = sched.pool
     used = (p.block_alloc.used, p.window_alloc.used, p.req_slots.available)
@@ -272,12 +270,8 @@ def test_sglang_31767_a_waiting_timeout_releases_like_an_explicit_abort(
     the timeout message and no token; nothing is allocated for it, ``a``'s output equals its
     cold run, and no page or slot is left in use."""
     pa, pb = random_ids(100, seed=31767), random_ids(100, seed=31768)
-    cold_a = _cold(sched, "ca", pa, 4)
-    monkeypatch.setattr(sched, "max_running_requests", 1)
-    submit(sched, "a", pa, 4)
-    submit(sched, "b", pb, 4)
-    res: dict[str, dict] = {}
-    _collect(sched.step(), res)
+    cold_a = cold_output_ids(sched, "ca", pa, 4)
+    res = _a_runs_b_waits(sched, monkeypatch, pa, pb)
     p = sched.pool
     used = (p.block_alloc.used, p.window_alloc.used, p.req_slots.available)
     monkeypatch.setenv(WAITING_TIMEOUT_ENV, "5")
@@ -301,7 +295,7 @@ def test_vllm_rbln_957_a_prompt_above_the_pool_is_rejected_and_the_queue_moves(s
     the KV cache pool and no token, and the request queued behind it gets its cold run's
     tokens."""
     big, small = random_ids(4 * PAGE, seed=957), random_ids(100, seed=9571)
-    cold = _cold(sched, "c", small, 3)
+    cold = cold_output_ids(sched, "c", small, 3)
     submit(sched, "big", big, 4)
     submit(sched, "small", small, 3)
     res = drain(sched)
@@ -355,7 +349,7 @@ def test_sglang_22151_a_retracted_request_gives_back_every_page_it_held(sched: A
     for _ in range(500):
         if not sched.has_work():
             break
-        _collect(sched.step(), res)
+        collect_outputs(sched.step(), res)
         if aborted is None:
             retracted = [q for q in sched.waiting if q.num_retractions > 0]
             if retracted:
@@ -380,7 +374,7 @@ def test_sglang_2442_identical_prompts_arriving_together_share_one_prefill(sched
     step: one computes all 542 tokens, the other hits 512 (2 whole blocks) and computes 30
     (prefill tokens counted: 542 + 30, not 2 * 542); both outputs equal the cold run."""
     prompt = random_ids(2 * PAGE + 30, seed=2442)
-    cold = _cold(sched, "c", prompt, 2)
+    cold = cold_output_ids(sched, "c", prompt, 2)
     done = sched.prefill_tokens_done
     submit(sched, "x", prompt, 2)
     submit(sched, "y", prompt, 2)
@@ -398,7 +392,7 @@ def test_fak_12414_eviction_stops_once_the_shortfall_is_met(sched: Any) -> None:
     free pages evicts nothing; asking for 3 evicts exactly 1 block (the last, LRU leaf), and
     the prompt sent again hits its first block with its cold run's output."""
     prompt = random_ids(2 * PAGE + 10, seed=12414)
-    cold = _cold(sched, "c", prompt, 2)
+    cold = cold_output_ids(sched, "c", prompt, 2)
     run_one(sched, "seed", prompt, 2)
     ba, tc = sched.pool.block_alloc, sched.tree_cache
     assert tc.total_pages()[0] == 2 and ba.available == 2

@@ -26,11 +26,11 @@ answer without the constraint, the reports' stated expectations.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from chat_tools_testutil import sse_chunks
 from public_bugs_testutil import MODEL, USER, generate, post, sse
 from server_fixture import ServerHandle
 
@@ -229,7 +229,7 @@ def test_allowed_token_ids_with_a_grammar(server: ServerHandle, mtok: Any) -> No
     # streamed, the error comes before any chunk: the same 400 (an error event if it came later)
     r = post(server, COMPLETIONS, {**bad, "stream": True})
     if r.status_code == 200:
-        events = [json.loads(x[6:]) for x in r.text.splitlines() if x.startswith("data: {")]
+        events = sse_chunks(r.text)
         err = next(e["error"] for e in events if "error" in e)
     else:
         assert r.status_code == 400, r.text

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 import torch
+from detokenizer_testutil import batch_str_out
 from sglang_v4.sampling.sampler import sample
 from sglang_v4.sampling.sampling_params import SAMPLING_EPS, SamplingParams
 
@@ -237,24 +238,6 @@ def test_llama_cpp_5564_asking_for_logprobs_does_not_change_what_is_sampled() ->
 
 
 # --------------------------------------------------------------------------- /abort_request
-def _finished(rid: str) -> Any:
-    """A detokenizer message finishing ``rid`` with one token ``"x"`` (length)."""
-    from sglang_v4.managers.io_struct import BatchStrOut
-
-    return BatchStrOut(
-        rids=[rid],
-        finished_reasons=[{"type": "length", "length": 1}],
-        output_strs=["x"],
-        final_strs=[None],
-        output_ids=[[1]],
-        prompt_tokens=[3],
-        completion_tokens=[1],
-        cached_tokens=[0],
-        time_stats=[None],
-        detokenizer_ts=0.0,
-    )
-
-
 def test_sglang_25561_empty_rid_with_prefix_aborts_nothing(
     app: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -292,7 +275,7 @@ def test_sglang_25561_empty_rid_with_prefix_aborts_nothing(
         assert await asyncio.to_thread(post_abort, {"rid": "adapter::", "prefix": True}) == 200
         assert aborts() == ["adapter::1"]
         for r in rids:  # the scheduler never answers: finish both here
-            tm._handle_batch_output(_finished(r))
+            tm._handle_batch_output(batch_str_out(r))
         for t in tasks:
             await t
         for g in gens:
@@ -348,7 +331,7 @@ def test_litellm_1854_integral_float_n_reads_as_that_integer(
         assert len(reqs) == want
         assert all(r.sampling_params.n == want and type(r.sampling_params.n) is int for r in reqs)
         for r in reqs:  # the scheduler never answers: finish them here
-            tm._handle_batch_output(_finished(r.rid))
+            tm._handle_batch_output(batch_str_out(r.rid))
         await task
         await gen.aclose()
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import openai
 import pytest
+from detokenizer_testutil import batch_str_out
 from dsv4_testutil import random_ids
 from scheduler_testutil import assert_idle, drain, make_scheduler, submit
 from sglang_v4.managers.request_timeouts import (
@@ -423,24 +424,6 @@ def test_prompt_longer_than_the_pool_is_a_400_that_harms_no_one(
     assert_idle(s)
 
 
-def _str_out(rid: str, finished: bool) -> Any:
-    """A detokenizer message for ``rid``: one token ``"x"``, finished by length or not."""
-    from sglang_v4.managers.io_struct import BatchStrOut
-
-    return BatchStrOut(
-        rids=[rid],
-        finished_reasons=[{"type": "length", "length": 1} if finished else None],
-        output_strs=["x"],
-        final_strs=[None],
-        output_ids=[[1]],
-        prompt_tokens=[3],
-        completion_tokens=[1],
-        cached_tokens=[0],
-        time_stats=[None],
-        detokenizer_ts=0.0,
-    )
-
-
 def test_stream_closed_early_aborts_at_once_and_a_finished_one_never(
     app: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -464,7 +447,7 @@ def test_stream_closed_early_aborts_at_once_and_a_finished_one_never(
     async def answer(rid: str, finished: bool) -> None:
         while rid not in tm.rid_to_state:
             await asyncio.sleep(0.005)
-        tm._handle_batch_output(_str_out(rid, finished))
+        tm._handle_batch_output(batch_str_out(rid, finished))
 
     async def main() -> None:
         obj = GenerateReqInput(text="hi", sampling_params={"max_new_tokens": 1}, stream=True, rid="rel-done")

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 import requests
-from chat_tools_testutil import WEATHER, ChunkTM, client_for, routes_client
+from chat_tools_testutil import WEATHER, ChunkTM, client_for, routes_client, sse_chunks
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
 from public_bugs_testutil import post, post_ok, sse
 from responses_testutil import sse as typed_sse
@@ -132,7 +132,7 @@ def _raw_chunks(tc: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
     """The JSON chunks of the streamed ``body`` read off the raw SSE text, ``[DONE]`` left out."""
     r = tc.post(CHAT, json={**body, "stream": True})
     assert r.status_code == 200, r.text
-    return [json.loads(x[6:]) for x in r.text.split("\n") if x.startswith("data: {")]
+    return sse_chunks(r.text)
 
 
 TWO_CALLS = dsml_block(

@@ -21,10 +21,10 @@ from typing import Any
 import deepseek_recipe as recipe
 import jsonschema
 import pytest
-from chat_tools_testutil import WEATHER, ChunkTM, ScriptedTM, _both, client_for
+from chat_tools_testutil import WEATHER, ChunkTM, ScriptedTM, _both, client_for, stream_chunks
 from deepseek_recipe_testutil import ids_in_written_order
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletion
 from transformers import PreTrainedTokenizerFast
 
 MSGS = [{"role": "user", "content": "Go."}]
@@ -37,17 +37,6 @@ def _fn(name: str, params: dict[str, Any] | None = None, **extra: Any) -> dict[s
     if params is not None:
         fn["parameters"] = params
     return {"type": "function", "function": fn}
-
-
-def _sse(tc: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The raw chunks of the streamed ``body`` (``[DONE]`` left out), each validated against the
-    ``openai`` client's chunk type."""
-    r = tc.post("/v1/chat/completions", json={"model": "m", **body, "stream": True})
-    assert r.status_code == 200, r.text
-    chunks = [json.loads(x[6:]) for x in r.text.split("\n") if x.startswith("data: {")]
-    for c in chunks:
-        ChatCompletionChunk.model_validate(c)
-    return chunks
 
 
 def _call_deltas(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -204,7 +193,7 @@ def test_streamed_call_ids_index_and_type_are_set_once_per_call(tok: PreTrainedT
     ns = client.chat.completions.create(model="m", messages=MSGS, tools=[WEATHER])
     ns_ids = [c.id for c in ns.choices[0].message.tool_calls]
     assert len(set(ns_ids)) == 2 and all(CALL_ID.fullmatch(i) for i in ns_ids), ns_ids
-    deltas = _call_deltas(_sse(tc, {"messages": MSGS, "tools": [WEATHER]}))
+    deltas = _call_deltas(stream_chunks(tc, {"messages": MSGS, "tools": [WEATHER]}))
     firsts: dict[int, dict[str, Any]] = {}
     for d in deltas:
         if d["index"] not in firsts:
@@ -232,7 +221,7 @@ def test_forced_choice_streams_the_same_call_shape_as_auto(tok: PreTrainedTokeni
     r = tc.post("/v1/chat/completions", json={"model": "m", **body})
     ns = ChatCompletion.model_validate(r.json()).choices[0]
     assert ns.finish_reason == "tool_calls" and CALL_ID.fullmatch(ns.message.tool_calls[0].id)
-    first = _call_deltas(_sse(tc, body))[0]
+    first = _call_deltas(stream_chunks(tc, body))[0]
     assert first["type"] == "function" and first["function"]["name"] == "get_weather", first
     assert CALL_ID.fullmatch(first["id"]), first
     with client.chat.completions.stream(model="m", **body) as s:
@@ -319,7 +308,7 @@ def test_parallel_tool_calls_false_returns_one_call_in_both_paths(
     assert [(n, json.loads(a)) for n, a in calls] == [("get_weather", {"city": "Xi'an"})]
     assert finish == "tool_calls"
     body = {k: v for k, v in kw.items() if k != "model"}
-    assert {d["index"] for d in _call_deltas(_sse(tc, body))} == {0}
+    assert {d["index"] for d in _call_deltas(stream_chunks(tc, body))} == {0}
     kw["parallel_tool_calls"] = True
     assert len(_both(client, **kw)[1]) == 2
 

@@ -18,9 +18,8 @@ from typing import Any
 
 import openai
 import pytest
-from chat_tools_testutil import WEATHER, ChunkTM, client_for
+from chat_tools_testutil import WEATHER, client_for, fold_chat_stream, grammar_chunk_tm, sse_chunks
 from dsml_testutil import DSML, dsml_block, dsml_invoke, dsml_param
-from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from transformers import PreTrainedTokenizerFast
 
@@ -41,27 +40,6 @@ CALL_TWO = dsml_block(
 )
 
 
-def _tm(tok: PreTrainedTokenizerFast, reply: str, per_chunk: int = 1) -> ChunkTM:
-    """A :class:`ChunkTM` that reports a grammar backend (``tool_choice`` forcing is served)."""
-    tm = ChunkTM(tok, reply, per_chunk=per_chunk)
-    tm.grammar_enabled = True  # type: ignore[attr-defined]
-    return tm
-
-
-def _chunks(text: str) -> list[dict[str, Any]]:
-    """The JSON chunks of a server-sent-event body."""
-    return [json.loads(x[6:]) for x in text.split("\n") if x.startswith("data: {")]
-
-
-def _fold(text: str) -> Any:
-    """A streamed chat answer as the ``openai`` client folds it (its snapshot after the last
-    chunk)."""
-    state = ChatCompletionStreamState()
-    for c in _chunks(text):
-        state.handle_chunk(ChatCompletionChunk.model_validate(c))
-    return state.current_completion_snapshot
-
-
 def _call(i: int, args: str = '{"city": "Paris"}', name: str = "get_weather") -> dict[str, Any]:
     """An OpenAI assistant ``tool_calls`` entry with the id ``call_<i>``."""
     return {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": args}}
@@ -69,7 +47,7 @@ def _call(i: int, args: str = '{"city": "Paris"}', name: str = "get_weather") ->
 
 def _prompt_ids(tok: PreTrainedTokenizerFast, body: dict[str, Any]) -> tuple[int, list[int]]:
     """(HTTP status, prompt token ids the engine received) of ``body`` on the chat route."""
-    tm = _tm(tok, "Done.")
+    tm = grammar_chunk_tm(tok, "Done.")
     _, tc = client_for(tm, allow_auto_truncate=False)
     r = tc.post(CHAT, json={"model": "m", **body})
     return r.status_code, list(tm.received[0].input_ids) if tm.received else []
@@ -103,7 +81,7 @@ def test_unsatisfiable_or_malformed_tool_choice_is_a_400(
     or not, in OpenAI's error shape naming the field, and nothing reaches the engine. Oracle: the
     ``openai`` client's own error class and parsed error body; OpenAI's documented
     ``tool_choice`` forms."""
-    tm = _tm(tok, "Hello.")
+    tm = grammar_chunk_tm(tok, "Hello.")
     client, _ = client_for(tm, allow_auto_truncate=False)
     kw: dict[str, Any] = {"model": "m", "messages": MSGS, "tool_choice": choice, "stream": stream}
     if tools is not None:
@@ -127,7 +105,7 @@ def test_duplicate_tool_names_are_rejected_even_under_a_named_choice(tok: PreTra
     other = {"type": "function", "function": {**WEATHER["function"], "description": "Another weather tool"}}
     named = {"type": "function", "function": {"name": "get_weather"}}
     for choice in ("auto", "required", named):
-        tm = _tm(tok, "Hello.")
+        tm = grammar_chunk_tm(tok, "Hello.")
         client, _ = client_for(tm, allow_auto_truncate=False)
         with pytest.raises(openai.BadRequestError) as err:
             client.chat.completions.create(
@@ -151,10 +129,10 @@ def test_required_choice_answered_with_prose_is_not_a_tool_calls_finish(
     reply = "I cannot look that up."
     body = {"messages": MSGS, "tools": [WEATHER], "tool_choice": "required"}
     assert not _recipe_message(body, reply).get("tool_calls")
-    _, tc = client_for(_tm(tok, reply), allow_auto_truncate=False)
+    _, tc = client_for(grammar_chunk_tm(tok, reply), allow_auto_truncate=False)
     r = tc.post(CHAT, json={"model": "m", **body, "stream": stream})
     assert r.status_code == 200, r.text
-    ch = (_fold(r.text) if stream else ChatCompletion.model_validate(r.json())).choices[0]
+    ch = (fold_chat_stream(r.text) if stream else ChatCompletion.model_validate(r.json())).choices[0]
     assert not ch.message.tool_calls
     assert ch.finish_reason != "tool_calls"
     assert ch.message.content == reply
@@ -194,7 +172,7 @@ def test_null_user_content_is_a_400_and_null_system_or_tool_content_is_empty_tex
     prompt DeepSeek's own converter and V4 encoder give for ``""``. Oracles: the ``openai``
     client's error class, OpenAI's message schema, ``deepseek-recipe``."""
     asst = {"role": "assistant", "content": None, "tool_calls": [_call(1)]}
-    tm = _tm(tok, "Hello.")
+    tm = grammar_chunk_tm(tok, "Hello.")
     client, _ = client_for(tm, allow_auto_truncate=False)
     msgs = [
         *MSGS,
@@ -335,10 +313,10 @@ def test_parallel_call_ids_are_unique_within_and_across_turns(tok: PreTrainedTok
     assert len(want) == 2
     ids: list[str] = []
     for stream in (False, True, False, True):
-        _, tc = client_for(_tm(tok, CALL_TWO), allow_auto_truncate=False)
+        _, tc = client_for(grammar_chunk_tm(tok, CALL_TWO), allow_auto_truncate=False)
         r = tc.post(CHAT, json={"model": "m", **body, "stream": stream})
         assert r.status_code == 200, r.text
-        ch = (_fold(r.text) if stream else ChatCompletion.model_validate(r.json())).choices[0]
+        ch = (fold_chat_stream(r.text) if stream else ChatCompletion.model_validate(r.json())).choices[0]
         assert ch.finish_reason == "tool_calls"
         assert [(c.function.name, c.function.arguments) for c in ch.message.tool_calls or []] == want
         ids += [c.id for c in ch.message.tool_calls or []]
@@ -364,11 +342,11 @@ def test_every_streamed_call_delta_carries_its_index_and_the_first_its_id(
         (c["function"]["name"], c["function"]["arguments"])
         for c in _recipe_message(body, CALL_TWO).get("tool_calls") or []
     ]
-    _, tc = client_for(_tm(tok, CALL_TWO, per_chunk), allow_auto_truncate=False)
+    _, tc = client_for(grammar_chunk_tm(tok, CALL_TWO, per_chunk), allow_auto_truncate=False)
     r = tc.post(CHAT, json={"model": "m", **body})
     assert r.status_code == 200, r.text
     calls: dict[int, list[str]] = {}
-    for raw in _chunks(r.text):
+    for raw in sse_chunks(r.text):
         chunk = ChatCompletionChunk.model_validate(raw)
         for choice in chunk.choices:
             for i, d in enumerate(choice.delta.tool_calls or []):
@@ -415,10 +393,10 @@ def test_dsml_markup_cut_by_max_tokens_never_leaks_into_content(
         want_calls = [
             (c["function"]["name"], c["function"]["arguments"]) for c in oracle.get("tool_calls") or []
         ]
-        _, tc = client_for(_tm(tok, REPLY_WHOLE), allow_auto_truncate=False)
+        _, tc = client_for(grammar_chunk_tm(tok, REPLY_WHOLE), allow_auto_truncate=False)
         r = tc.post(CHAT, json={"model": "m", **body, "max_tokens": limit, "stream": stream})
         assert r.status_code == 200, r.text
-        ch = (_fold(r.text) if stream else ChatCompletion.model_validate(r.json())).choices[0]
+        ch = (fold_chat_stream(r.text) if stream else ChatCompletion.model_validate(r.json())).choices[0]
         content = ch.message.content or ""
         assert ch.finish_reason == "length", (limit, cut)
         assert "DSML" not in content and "<" not in content, (limit, cut, content)

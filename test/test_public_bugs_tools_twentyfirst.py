@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 import pytest
-from chat_tools_testutil import WEATHER, ChunkTM, client_for
+from chat_tools_testutil import WEATHER, ChunkTM, client_for, sse_chunks, stream_chunks
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
@@ -53,17 +53,6 @@ def _calls(message: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def _chunks(tc: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The raw streamed chunks of ``body`` (``[DONE]`` left out), each validated as the ``openai``
-    client's chunk type."""
-    r = tc.post("/v1/chat/completions", json={"model": "m", **body, "stream": True})
-    assert r.status_code == 200, r.text
-    chunks = [json.loads(x[6:]) for x in r.text.split("\n") if x.startswith("data: {")]
-    for c in chunks:
-        ChatCompletionChunk.model_validate(c)
-    return chunks
-
-
 def _folded(chunks: list[dict[str, Any]]) -> Any:
     """The ``openai`` client's own accumulation of the chunks: its final choice."""
     state = ChatCompletionStreamState()
@@ -92,7 +81,7 @@ def test_multi_token_deltas_keep_every_calls_arguments(tok: PreTrainedTokenizerF
     want = _recipe_message(body, reply)
     assert _calls(want) == WANT_AB and want["content"] == "Checking both."
     _, tc = client_for(ChunkTM(tok, reply, per_chunk=per_chunk))
-    choice = _folded(_chunks(tc, body))
+    choice = _folded(stream_chunks(tc, body))
     assert _calls(choice.message) == _calls(want)
     assert choice.message.content == want["content"] and choice.finish_reason == "tool_calls"
 
@@ -106,7 +95,7 @@ def test_calls_sharing_one_chunk_have_distinct_indexes(tok: PreTrainedTokenizerF
     reply = dsml_block(CALL_A, CALL_B)
     body = {"messages": MSGS, "tools": [WEATHER]}
     _, tc = client_for(ChunkTM(tok, reply, per_chunk=10_000))
-    chunks = _chunks(tc, body)
+    chunks = stream_chunks(tc, body)
     deltas = _tool_deltas(chunks)
     assert len(deltas) == 1, deltas  # one chunk of text: one chunk of calls
     assert [d["index"] for d in deltas[0]] == [0, 1]
@@ -127,7 +116,7 @@ def test_first_call_after_text_streams_with_index_zero(tok: PreTrainedTokenizerF
     reply = "Let me look that up for you." + dsml_block(CALL_A, CALL_B)
     body = {"messages": MSGS, "tools": [WEATHER]}
     _, tc = client_for(ChunkTM(tok, reply, per_chunk=per_chunk))
-    chunks = _chunks(tc, body)
+    chunks = stream_chunks(tc, body)
     firsts = [d["index"] for ds in _tool_deltas(chunks) for d in ds if d.get("id")]
     assert firsts == [0, 1], firsts
     r = tc.post("/v1/chat/completions", json={"model": "m", **body})
@@ -150,7 +139,7 @@ def test_every_streamed_call_entry_carries_an_integer_index(tok: PreTrainedToken
     reply = dsml_block(CALL_A, CALL_B)
     body = {"messages": MSGS, "tools": [WEATHER]}
     _, tc = client_for(ChunkTM(tok, reply, per_chunk=2))
-    chunks = _chunks(tc, body)
+    chunks = stream_chunks(tc, body)
     entries = [d for ds in _tool_deltas(chunks) for d in ds]
     assert len(entries) > 4 and all(type(d.get("index")) is int for d in entries), entries
     args: dict[int, str] = {}
@@ -173,7 +162,7 @@ def test_call_of_a_tool_without_parameters_has_empty_object_arguments(
     assert _calls(_recipe_message(body, reply)) == [("ping", {})]
     _, tc = client_for(ChunkTM(tok, reply, per_chunk=3))
     if stream:
-        choice = _folded(_chunks(tc, body))
+        choice = _folded(stream_chunks(tc, body))
         arguments, finish = choice.message.tool_calls[0].function.arguments, choice.finish_reason
     else:
         ch = tc.post("/v1/chat/completions", json={"model": "m", **body}).json()["choices"][0]
@@ -197,7 +186,7 @@ def test_call_written_inside_the_reasoning_is_a_call(tok: PreTrainedTokenizerFas
     assert _calls(want) == WANT_AB[:1]
     _, tc = client_for(ChunkTM(tok, reply, per_chunk=4))
     if stream:
-        chunks = _chunks(tc, body)
+        chunks = stream_chunks(tc, body)
         choice = _folded(chunks)
         msg = {
             "reasoning_content": "".join(
@@ -239,7 +228,7 @@ def test_responses_stream_of_a_malformed_call_completes_without_it(tok: PreTrain
         plain = tc.post("/v1/responses", json=req).json()
         assert [o["type"] for o in plain["output"]] == ["message"], (body, plain["output"])
         r = tc.post("/v1/responses", json={**req, "stream": True})
-        events = [json.loads(x[6:]) for x in r.text.split("\n") if x.startswith("data: {")]
+        events = sse_chunks(r.text)
         assert events[-1]["type"] == "response.completed", events[-1]
         assert [o["type"] for o in events[-1]["response"]["output"]] == ["message"], body
         done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
@@ -391,7 +380,7 @@ def test_finish_reason_tool_calls_only_with_object_arguments(
         assert ch["finish_reason"] == ("tool_calls" if want else "stop"), what
         if what == "good":
             assert _calls(_recipe_message(body, "Sure." + reply)) == want
-        folded = _folded(_chunks(tc, body))
+        folded = _folded(stream_chunks(tc, body))
         if folded.finish_reason == "tool_calls":
             got = [(c.function.name, _strict_object(c.function.arguments)) for c in folded.message.tool_calls]
             assert got == want, what

@@ -23,9 +23,16 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from chat_tools_testutil import WEATHER, WEATHER_FLAT, ChunkTM, routes_client
+from chat_tools_testutil import (
+    WEATHER,
+    WEATHER_FLAT,
+    ChunkTM,
+    fold_chat_stream,
+    grammar_chunk_tm,
+    routes_client,
+    sse_chunks,
+)
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
-from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 from openai.types.responses import Response as OpenAIResponse
 from openai.types.responses import ResponseStreamEvent
@@ -61,27 +68,6 @@ CALL_TWO = dsml_block(
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 
 
-def _tm(tok: PreTrainedTokenizerFast, reply: str, per_chunk: int = 1) -> ChunkTM:
-    """A :class:`ChunkTM` that reports a grammar backend (``tool_choice`` forcing is served)."""
-    tm = ChunkTM(tok, reply, per_chunk=per_chunk)
-    tm.grammar_enabled = True  # type: ignore[attr-defined]
-    return tm
-
-
-def _chunks(text: str) -> list[dict[str, Any]]:
-    """The JSON chunks of a server-sent-event body."""
-    return [json.loads(x[6:]) for x in text.split("\n") if x.startswith("data: {")]
-
-
-def _fold(text: str) -> Any:
-    """A streamed chat answer as the ``openai`` client folds it (its completion snapshot after the
-    last chunk; its ``get_final_completion`` refuses a ``length`` finish)."""
-    state = ChatCompletionStreamState()
-    for c in _chunks(text):
-        state.handle_chunk(ChatCompletionChunk.model_validate(c))
-    return state.current_completion_snapshot
-
-
 def _recipe_calls(body: dict[str, Any], reply: str, finish: str = "stop") -> list[tuple[str, str]]:
     """``[(name, arguments text)]`` of DeepSeek's response parser for ``reply``."""
     msg = _recipe_message(body, reply, finish=finish)
@@ -114,14 +100,14 @@ def test_call_cut_by_max_tokens_reports_length_on_every_route(tok: PreTrainedTok
     want = _recipe_calls(body, cut_text, finish="length")
     full = _recipe_calls(body, CALL_PARIS)
     assert want[0][1] and full[0][1].startswith(want[0][1]) and want != full
-    tc = routes_client(_tm(tok, CALL_PARIS))
+    tc = routes_client(grammar_chunk_tm(tok, CALL_PARIS))
     r = tc.post(CHAT, json={"model": "m", **body})
     assert r.status_code == 200, r.text
     ch = openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0]
     assert ch.finish_reason == "length"
     assert _calls(ch.message) == want
     s = tc.post(CHAT, json={"model": "m", **body, "stream": True})
-    folded = _fold(s.text).choices[0]
+    folded = fold_chat_stream(s.text).choices[0]
     assert folded.finish_reason == "length"
     assert _calls(folded.message) == want
 
@@ -179,12 +165,12 @@ def test_tool_shaped_text_that_is_no_dsml_stays_content(
         body |= {"tools": [WEATHER], "tool_choice": tools}
     oracle = _recipe_message(body, text)
     assert oracle["content"] == text and not oracle.get("tool_calls")
-    tc = routes_client(_tm(tok, text))
+    tc = routes_client(grammar_chunk_tm(tok, text))
     r = tc.post(CHAT, json={"model": "m", **body})
     assert r.status_code == 200, r.text
     ch = openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0]
     assert (ch.message.content, ch.message.tool_calls, ch.finish_reason) == (text, None, "stop")
-    folded = _fold(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0]
+    folded = fold_chat_stream(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0]
     assert (folded.message.content, folded.message.tool_calls, folded.finish_reason) == (text, None, "stop")
 
 
@@ -229,7 +215,7 @@ def test_n_choices_keep_their_own_calls_and_distinct_ids(tok: PreTrainedTokenize
     r = tc.post(CHAT, json={"model": "m", **body})
     assert r.status_code == 200, r.text
     plain = openai.types.chat.ChatCompletion.model_validate(r.json()).choices
-    folded = _fold(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices
+    folded = fold_chat_stream(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices
     for choices in (plain, folded):
         assert [c.index for c in choices] == [0, 1]
         assert [_calls(c.message) for c in choices] == want
@@ -254,10 +240,12 @@ def test_chat_call_deltas_carry_index_and_open_with_id_and_name(
     ``deepseek-recipe``, the ``openai`` client's chunk types and accumulator."""
     reply = "Checking both." + CALL_TWO
     body = {"messages": MSGS, "tools": [WEATHER]}
-    r = routes_client(_tm(tok, reply, per_chunk)).post(CHAT, json={"model": "m", **body, "stream": True})
+    r = routes_client(grammar_chunk_tm(tok, reply, per_chunk)).post(
+        CHAT, json={"model": "m", **body, "stream": True}
+    )
     assert r.status_code == 200, r.text
     seen: set[int] = set()
-    for raw in _chunks(r.text):
+    for raw in sse_chunks(r.text):
         chunk = ChatCompletionChunk.model_validate(raw)
         for c in chunk.choices:
             for i, d in enumerate(raw["choices"][0]["delta"].get("tool_calls") or []):
@@ -267,7 +255,7 @@ def test_chat_call_deltas_carry_index_and_open_with_id_and_name(
                     assert t.id and t.type == "function" and t.function and t.function.name, d
                     seen.add(t.index)
     assert seen == {0, 1}
-    folded = _fold(r.text).choices[0]
+    folded = fold_chat_stream(r.text).choices[0]
     oracle = _recipe_message(body, reply)
     assert folded.message.content == oracle["content"] == "Checking both."
     assert _calls(folded.message) == _recipe_calls(body, reply)
@@ -282,12 +270,12 @@ def test_responses_call_in_one_engine_step_streams_its_whole_arguments(tok: PreT
     parser reads. Oracles: ``deepseek-recipe``, the ``openai`` client's event and response
     types, ``json.loads``."""
     reply = "Checking both." + CALL_TWO
-    r = routes_client(_tm(tok, reply, per_chunk=100000)).post(
+    r = routes_client(grammar_chunk_tm(tok, reply, per_chunk=100000)).post(
         RESP,
         json={"model": "m", "input": "Weather in Rome and Oslo?", "tools": [WEATHER_FLAT], "stream": True},
     )
     assert r.status_code == 200, r.text
-    events = [EVENTS.validate_python(e) for e in _chunks(r.text)]
+    events = [EVENTS.validate_python(e) for e in sse_chunks(r.text)]
     deltas: dict[str, str] = {}
     done: dict[str, str] = {}
     items: dict[str, str] = {}
@@ -322,7 +310,7 @@ def test_named_choice_of_a_tool_without_parameters_is_forced(tok: PreTrainedToke
         "tools": [WEATHER, NOARG],
         "tool_choice": {"type": "function", "function": {"name": "list_tasks"}},
     }
-    tm = _tm(tok, reply)
+    tm = grammar_chunk_tm(tok, reply)
     r = routes_client(tm).post(CHAT, json={"model": "m", **body})
     assert r.status_code == 200, r.text
     ch = openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0]
@@ -349,7 +337,7 @@ def test_required_choice_without_tools_is_a_400(
     was a 200 in which the model just chatted, though the request can never be satisfied.
     Expected: a 400 in OpenAI's error shape naming ``tool_choice`` (or ``tools``), and no
     engine request. Oracle: the ``openai`` client's ``BadRequestError`` and error body."""
-    tm = _tm(tok, "Hello.")
+    tm = grammar_chunk_tm(tok, "Hello.")
     tc = routes_client(tm)
     client = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=tc, max_retries=0)
     with pytest.raises(openai.BadRequestError) as ei:
@@ -383,7 +371,7 @@ def test_null_content_call_answered_by_an_empty_tool_result_is_served(tok: PreTr
         {"role": "tool", "tool_call_id": "call_1", "content": ""},
     ]
     body = {"messages": messages, "tools": [WEATHER]}
-    tm = _tm(tok, "Done.")
+    tm = grammar_chunk_tm(tok, "Done.")
     r = routes_client(tm).post(CHAT, json={"model": "m", **body})
     assert r.status_code == 200, r.text
     want = tok.encode(_recipe_prompt(body, False), add_special_tokens=False)
@@ -402,10 +390,12 @@ def test_non_ascii_arguments_are_literal_utf8(tok: PreTrainedTokenizerFast, per_
     body = {"messages": MSGS, "tools": [WEATHER]}
     want = _recipe_calls(body, reply)
     assert json.loads(want[0][1]) == {"city": city}
-    tc = routes_client(_tm(tok, reply, per_chunk))
+    tc = routes_client(grammar_chunk_tm(tok, reply, per_chunk))
     r = tc.post(CHAT, json={"model": "m", **body})
     plain = _calls(openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0].message)
-    folded = _calls(_fold(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0].message)
+    folded = _calls(
+        fold_chat_stream(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0].message
+    )
     r = tc.post(RESP, json={"model": "m", "input": "Weather?", "tools": [WEATHER_FLAT]})
     resp = OpenAIResponse.model_validate(r.json())
     responses = [(o.name, o.arguments) for o in resp.output if o.type == "function_call"]
@@ -453,10 +443,12 @@ def test_string_values_keep_their_whitespace(
     body = {"messages": MSGS, "tools": [WEATHER, EDIT]}
     want = [(n, json.loads(a)) for n, a in _recipe_calls(body, reply)]
     assert want == [("edit", {"text": text, "count": json.loads(count)})]
-    tc = routes_client(_tm(tok, reply, per_chunk))
+    tc = routes_client(grammar_chunk_tm(tok, reply, per_chunk))
     r = tc.post(CHAT, json={"model": "m", **body})
     plain = openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0].message
-    folded = _fold(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0].message
+    folded = (
+        fold_chat_stream(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0].message
+    )
     for msg in (plain, folded):
         assert [(n, json.loads(a)) for n, a in _calls(msg)] == want
 
@@ -476,10 +468,10 @@ def test_block_without_the_blank_line_before_it_is_still_a_call(
     oracle = _recipe_message(body, reply)
     want = _recipe_calls(body, reply)
     assert want and oracle["content"].strip() == "Let me check."
-    tc = routes_client(_tm(tok, reply))
+    tc = routes_client(grammar_chunk_tm(tok, reply))
     r = tc.post(CHAT, json={"model": "m", **body})
     plain = openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0]
-    folded = _fold(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0]
+    folded = fold_chat_stream(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0]
     for ch in (plain, folded):
         assert (ch.message.content or "").strip() == oracle["content"].strip()
         assert _calls(ch.message) == want
@@ -510,11 +502,11 @@ def test_empty_block_and_stray_closers_leave_the_text_and_no_markup(
     its words as Python's ``str.split`` reads the reply with the tags replaced by spaces.
     Oracles: the hand-cut text, Python ``re``, the ``openai`` client's accumulator."""
     assert re.sub(rf"</?{DSML}\w+>", " ", reply).split() == want.split()
-    tc = routes_client(_tm(tok, reply, per_chunk))
+    tc = routes_client(grammar_chunk_tm(tok, reply, per_chunk))
     body = {"messages": MSGS, "tools": [WEATHER]}
     r = tc.post(CHAT, json={"model": "m", **body})
     plain = openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0]
-    folded = _fold(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0]
+    folded = fold_chat_stream(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0]
     for ch in (plain, folded):
         assert (ch.message.content, ch.message.tool_calls, ch.finish_reason) == (want, None, "stop")
 
@@ -546,10 +538,12 @@ def test_text_after_a_call_block_keeps_its_word_boundary(
     reply = "Checking." + dsml_block(dsml_invoke("get_weather", dsml_param("city", True, "Paris"))) + after
     body = {"messages": MSGS, "tools": [WEATHER]}
     calls = _recipe_calls(body, reply)
-    tc = routes_client(_tm(tok, reply, per_chunk))
+    tc = routes_client(grammar_chunk_tm(tok, reply, per_chunk))
     r = tc.post(CHAT, json={"model": "m", **body})
     plain = openai.types.chat.ChatCompletion.model_validate(r.json()).choices[0].message
-    folded = _fold(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0].message
+    folded = (
+        fold_chat_stream(tc.post(CHAT, json={"model": "m", **body, "stream": True}).text).choices[0].message
+    )
     for msg in (plain, folded):
         assert (msg.content, _calls(msg)) == (want, calls)
     # the Messages API keeps the text after the calls in a block of its own (the block boundary

@@ -19,10 +19,17 @@ from typing import Any
 
 import jsonschema
 import pytest
-from chat_tools_testutil import WEATHER, ChunkTM, _grammar_of, client_for, routes_client
+from chat_tools_testutil import (
+    WEATHER,
+    _grammar_of,
+    client_for,
+    fold_chat_stream,
+    grammar_chunk_tm,
+    routes_client,
+    sse_chunks,
+)
 from dsml_testutil import DSML, dsml_block, dsml_invoke, dsml_param
-from openai.lib.streaming.chat import ChatCompletionStreamState
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletion
 from transformers import PreTrainedTokenizerFast
 
 CHAT = "/v1/chat/completions"
@@ -53,35 +60,15 @@ RUN = {
 PING = {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}
 
 
-def _tm(tok: PreTrainedTokenizerFast, reply: str, per_chunk: int = 1) -> ChunkTM:
-    """A :class:`ChunkTM` that reports a grammar backend."""
-    tm = ChunkTM(tok, reply, per_chunk=per_chunk)
-    tm.grammar_enabled = True  # type: ignore[attr-defined]
-    return tm
-
-
-def _chunks(text: str) -> list[dict[str, Any]]:
-    """The JSON chunks of a server-sent-event body."""
-    return [json.loads(x[6:]) for x in text.split("\n") if x.startswith("data: {")]
-
-
-def _fold(text: str) -> Any:
-    """A streamed chat answer as the ``openai`` client folds it (its final snapshot)."""
-    state = ChatCompletionStreamState()
-    for c in _chunks(text):
-        state.handle_chunk(ChatCompletionChunk.model_validate(c))
-    return state.current_completion_snapshot
-
-
 def _answer(
     tok: PreTrainedTokenizerFast, reply: str, body: dict[str, Any], stream: bool, per_chunk: int = 1
 ) -> tuple[Any, str]:
     """(``choices[0]`` as the ``openai`` client reads it, the raw body) of ``body`` answered by a
     model writing ``reply``; streamed answers are folded by the client's accumulator."""
-    _, tc = client_for(_tm(tok, reply, per_chunk), allow_auto_truncate=False)
+    _, tc = client_for(grammar_chunk_tm(tok, reply, per_chunk), allow_auto_truncate=False)
     r = tc.post(CHAT, json={"model": "m", "messages": MSGS, **body, "stream": stream})
     assert r.status_code == 200, r.text
-    ch = (_fold(r.text) if stream else ChatCompletion.model_validate(r.json())).choices[0]
+    ch = (fold_chat_stream(r.text) if stream else ChatCompletion.model_validate(r.json())).choices[0]
     return ch, r.text
 
 
@@ -117,7 +104,7 @@ def test_strict_is_enforced_per_function_under_auto(tok: PreTrainedTokenizerFast
         },
     }
     null_strict = {"type": "function", "function": {**PING["function"], "name": "ping2", "strict": None}}
-    tm = _tm(tok, "Hello.")
+    tm = grammar_chunk_tm(tok, "Hello.")
     _, tc = client_for(tm, allow_auto_truncate=False)
     r = tc.post(CHAT, json={"model": "m", "messages": MSGS, "tools": [write, RUN, null_strict]})
     assert r.status_code == 200, r.text
@@ -195,7 +182,7 @@ def test_boolean_parameter_is_a_boolean_in_anthropic_tool_use(tok: PreTrainedTok
     reply = dsml_block(
         dsml_invoke("run", dsml_param("command", True, "ls"), dsml_param("run_in_background", False, "true"))
     )
-    tc = routes_client(_tm(tok, reply))
+    tc = routes_client(grammar_chunk_tm(tok, reply))
     tool = {"name": "run", "input_schema": RUN["function"]["parameters"]}
     body = {"model": "m", "max_tokens": 256, "messages": MSGS, "tools": [tool]}
     r = tc.post("/v1/messages", json=body)
@@ -279,12 +266,12 @@ def test_one_finish_reason_in_a_tool_call_stream(tok: PreTrainedTokenizerFast, p
     prose before the call stays content. Oracle: OpenAI's streaming format (one terminal
     ``finish_reason`` per choice)."""
     reply = "Let me look." + dsml_block(dsml_invoke("get_weather", dsml_param("city", True, "Lima")))
-    _, tc = client_for(_tm(tok, reply, per_chunk), allow_auto_truncate=False)
+    _, tc = client_for(grammar_chunk_tm(tok, reply, per_chunk), allow_auto_truncate=False)
     body = {"model": "m", "messages": MSGS, "tools": [WEATHER], "stream": True}
     r = tc.post(CHAT, json=body)
     assert r.status_code == 200, r.text
     per_choice: dict[int, list[Any]] = {}
-    for c in _chunks(r.text):
+    for c in sse_chunks(r.text):
         assert "error" not in c, c
         for choice in c["choices"]:
             per_choice.setdefault(choice["index"], []).append(choice)
@@ -293,7 +280,7 @@ def test_one_finish_reason_in_a_tool_call_stream(tok: PreTrainedTokenizerFast, p
         finishes = [c["finish_reason"] for c in seq if c["finish_reason"] is not None]
         assert finishes == ["tool_calls"], finishes
         assert seq[-1]["finish_reason"] == "tool_calls"
-    ch = _fold(r.text).choices[0]
+    ch = fold_chat_stream(r.text).choices[0]
     assert ch.message.content == "Let me look." and _args(ch) == [("get_weather", {"city": "Lima"})]
 
 
@@ -345,7 +332,7 @@ def test_parallel_calls_with_mixed_string_and_json_parameters(tok: PreTrainedTok
     ids = [c.id for c in ch.message.tool_calls]
     assert len(set(ids)) == 2 and all(ids)
     firsts: dict[int, dict[str, Any]] = {}
-    for c in _chunks(text):
+    for c in sse_chunks(text):
         for d in c["choices"][0]["delta"].get("tool_calls") or []:
             firsts.setdefault(d["index"], d)
     assert sorted(firsts) == [0, 1]
@@ -366,7 +353,7 @@ def test_dsml_markup_never_reaches_streamed_content(tok: PreTrainedTokenizerFast
     prose = "I will check the weather in Paris (a < b)."
     reply = prose + dsml_block(dsml_invoke("get_weather", dsml_param("city", True, "Paris")))
     ch, text = _answer(tok, reply, {"tools": [WEATHER]}, True, per_chunk)
-    deltas = [c["choices"][0]["delta"].get("content") or "" for c in _chunks(text) if c["choices"]]
+    deltas = [c["choices"][0]["delta"].get("content") or "" for c in sse_chunks(text) if c["choices"]]
     assert "".join(deltas) == prose
     assert all("DSML" not in d and "｜" not in d for d in deltas), deltas
     assert _args(ch) == [("get_weather", {"city": "Paris"})]

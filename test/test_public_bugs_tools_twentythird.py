@@ -22,7 +22,7 @@ import json
 from typing import Any
 
 import pytest
-from chat_tools_testutil import WEATHER, WEATHER_FLAT, ChunkTM, client_for
+from chat_tools_testutil import WEATHER, WEATHER_FLAT, ChunkTM, client_for, sse_chunks
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -75,9 +75,8 @@ def _folded(tc: Any, body: dict[str, Any]) -> Any:
     r = tc.post(CHAT, json={"model": "m", **body, "stream": True})
     assert r.status_code == 200, r.text
     state = ChatCompletionStreamState()
-    for line in r.text.split("\n"):
-        if line.startswith("data: {"):
-            state.handle_chunk(ChatCompletionChunk.model_validate(json.loads(line[6:])))
+    for c in sse_chunks(r.text):
+        state.handle_chunk(ChatCompletionChunk.model_validate(c))
     return state.get_final_completion().choices[0]
 
 
@@ -90,7 +89,7 @@ def _events(tc: Any, body: dict[str, Any]) -> list[Any]:
     """The typed events of a streamed ``/v1/responses`` answer (``openai``'s event union)."""
     r = tc.post(RESP, json={"model": "m", **body, "stream": True})
     assert r.status_code == 200, r.text
-    return [EVENTS.validate_python(json.loads(x[6:])) for x in r.text.split("\n") if x.startswith("data: {")]
+    return [EVENTS.validate_python(e) for e in sse_chunks(r.text)]
 
 
 # --------------------------------------------------------------------------- malformed history
@@ -476,11 +475,7 @@ def test_only_a_calls_first_delta_carries_its_id_type_and_name(tok: PreTrainedTo
     for per_chunk in (1, 5):
         _, tc = client_for(ChunkTM(tok, "Sure." + dsml_block(CALL_PARIS, oslo), per_chunk=per_chunk))
         r = tc.post(CHAT, json={"model": "m", **body})
-        chunks = [
-            ChatCompletionChunk.model_validate(json.loads(x[6:]))
-            for x in r.text.split("\n")
-            if x.startswith("data: {")
-        ]
+        chunks = [ChatCompletionChunk.model_validate(c) for c in sse_chunks(r.text)]
         deltas: dict[int, list[Any]] = {}
         for c in chunks:
             for ch in c.choices:
