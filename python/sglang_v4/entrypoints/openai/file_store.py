@@ -89,6 +89,9 @@ class FileStore:
             weakref.finalize(self, shutil.rmtree, directory, True) if self._owns_directory else None
         )
         self._entries: dict[str, _Entry] = {}
+        #: the creation rank of each removed (deleted or expired) file, so a list cursor that
+        #: names one still marks its place (a page's last file deleted between two pages)
+        self._gone: dict[str, int] = {}
         self._counter = 0
 
     def __len__(self) -> int:
@@ -176,6 +179,7 @@ class FileStore:
         entry = self._entries.pop(file_id, None)
         if entry is None:
             return False
+        self._gone[file_id] = entry.order
         try:
             os.remove(entry.path)
         except FileNotFoundError:
@@ -186,20 +190,26 @@ class FileStore:
         self, purpose: str | None = None, limit: int = 10000, after: str | None = None, order: str = "desc"
     ) -> tuple[list[FileObject], bool]:
         """A page of files (OpenAI's ``GET /v1/files``): those of ``purpose`` (all when None), sorted
-        by creation (``order`` ``asc`` / ``desc``), starting after the file ``after`` (an unknown
-        id: from the start); expired files are left out. Returns ``(files, has_more)``."""
+        by creation (``order`` ``asc`` / ``desc``), starting after the place of file ``after`` in
+        that order; expired files are left out. ``after`` is a cursor: it keeps its place when that
+        file is of another purpose or has since been deleted or expired (a client deleting files
+        while it pages must not be sent back to the first page); an id never stored starts from
+        the first file. Returns ``(files, has_more)``."""
         self._drop_expired()
-        entries = sorted(self._entries.values(), key=lambda e: e.order, reverse=(order == "desc"))
+        desc = order == "desc"
+        entries = sorted(self._entries.values(), key=lambda e: e.order, reverse=desc)
         if purpose is not None:
             entries = [e for e in entries if e.obj.purpose == purpose]
         if after is not None:
-            ids = [e.obj.id for e in entries]
-            if after in ids:
-                entries = entries[ids.index(after) + 1 :]
+            entry = self._entries.get(after)
+            place = entry.order if entry is not None else self._gone.get(after)
+            if place is not None:
+                entries = [e for e in entries if (e.order < place if desc else e.order > place)]
         return [e.obj for e in entries[:limit]], len(entries) > limit
 
     def close(self) -> None:
         """Forget every file; remove the directory when the store made it (a temporary one)."""
         self._entries.clear()
+        self._gone.clear()
         if self._cleanup is not None:
             self._cleanup()

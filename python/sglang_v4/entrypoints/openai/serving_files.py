@@ -101,6 +101,16 @@ def upload_expiry_s(parts: dict[str, tuple[str | None, bytes]], purpose: str) ->
     return value
 
 
+def _utf8_fault(content: bytes) -> str | None:
+    """Where ``content`` stops being UTF-8 (RFC 3629), in words: its first bad byte and that
+    byte's offset; None when it is all UTF-8 (a leading byte-order mark is valid UTF-8)."""
+    try:
+        content.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"byte 0x{content[e.start]:02x} at offset {e.start} is not UTF-8"
+    return None
+
+
 def _query_int(request: Request, name: str, default: int, lo: int, hi: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
@@ -145,7 +155,7 @@ class FilesMixin(OpenAIServingBase):
         """``POST /v1/files``: store the form's ``file`` for ``purpose`` (with ``expires_after``,
         :func:`upload_expiry_s`); the new file object. 400 for a missing field, an unknown purpose,
         a bad ``expires_after`` or a ``purpose=batch`` file whose name does not end in ``.jsonl``
-        (as OpenAI answers it), 413 for a file over the size bound."""
+        or whose bytes are not UTF-8 (as OpenAI answers both), 413 for a file over the size bound."""
 
         async def handle() -> Response:
             store = self.file_store
@@ -178,6 +188,12 @@ class FilesMixin(OpenAIServingBase):
                 raise RequestError(
                     f"Invalid file format for Batch API. Must be .jsonl; got the file name {filename!r}.",
                     param="file",
+                )
+            fault = _utf8_fault(content) if purpose == "batch" else None
+            if fault is not None:
+                # OpenAI refuses a batch input file that is not UTF-8 at upload, before any batch
+                raise RequestError(
+                    f"Invalid file for Batch API. Must be utf-8 encoded; {fault}.", param="file"
                 )
             try:
                 obj = store.create(content, filename or "upload", purpose, expires_after_s=expires_after_s)
