@@ -48,6 +48,7 @@ from sglang_v4.entrypoints.chat_encoding import (
 from sglang_v4.entrypoints.openai.dsml_markup import DsmlAnswerReader
 from sglang_v4.entrypoints.openai.dsml_withheld import DsmlWithheld
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
+from sglang_v4.entrypoints.openai.protocol_chat import PROMPT_SWITCH_KWARGS
 from sglang_v4.entrypoints.openai.reasoning_effort_profile import detect_reasoning_effort_profile
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningSpec, reasoning_spec
 from sglang_v4.entrypoints.openai.reasoning_request import apply_reasoning_controls
@@ -518,6 +519,8 @@ class ChatPrepareMixin(OpenAIServingBase):
         prefix = req.messages[-1].prefix
         cont = (req.continue_final_message or prefix) and msgs[-1].get("role") == "assistant"
         if self.chat_template is not None:
+            for key in PROMPT_SWITCH_KWARGS:  # already the request's fields (a second value: TypeError)
+                kwargs.pop(key, None)
             kwargs.setdefault("thinking", thinking)
             kwargs.setdefault("enable_thinking", thinking)  # the switch's other name, as the parser reads it
             if req.reasoning_effort is not None:

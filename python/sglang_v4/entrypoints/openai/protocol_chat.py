@@ -175,6 +175,12 @@ def _thinking_part_text(part: dict[str, Any], i: int) -> str:
     raise ValueError(f"{where}.{given[0]} must be a string or a list of text chunks")
 
 
+#: ``chat_template_kwargs`` keys that are also request fields shaping the prompt's end: read into
+#: those fields (:meth:`ChatCompletionRequest._template_kwargs_prompt_switches`), never passed to a
+#: template a second time
+PROMPT_SWITCH_KWARGS = ("add_generation_prompt", "continue_final_message")
+
+
 class ChatCompletionRequest(_SamplingExtras, VllmChatFields):
     """``POST /v1/chat/completions`` body.
 
@@ -247,6 +253,28 @@ class ChatCompletionRequest(_SamplingExtras, VllmChatFields):
     #: turns it off for ``output_config.format``, which DeepSeek's Messages converter leaves out of
     #: the prompt (the grammar still applies).
     _response_format_in_prompt: bool = PrivateAttr(default=True)
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _prompt_switch_kwargs_are_booleans(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Refuse a :data:`PROMPT_SWITCH_KWARGS` key of ``chat_template_kwargs`` that is neither a
+        boolean nor ``null`` (ValueError naming ``chat_template_kwargs.KEY``)."""
+        for key in PROMPT_SWITCH_KWARGS:
+            value = (v or {}).get(key)
+            if value is not None and not isinstance(value, bool):
+                raise ValueError(f"chat_template_kwargs.{key} must be a boolean, got {value!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _template_kwargs_prompt_switches(self) -> ChatCompletionRequest:
+        """``add_generation_prompt`` / ``continue_final_message`` given in ``chat_template_kwargs``
+        set the request's own fields (vLLM passes those kwargs to the template after the fields,
+        so they win over them); ``null`` there leaves the field as it is."""
+        kwargs = self.chat_template_kwargs or {}
+        for key in PROMPT_SWITCH_KWARGS:
+            if kwargs.get(key) is not None:
+                setattr(self, key, kwargs[key])
+        return self
 
 
 class TopLogprob(BaseModel):
