@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -44,10 +45,20 @@ BOS = 0
 
 
 @pytest.fixture(scope="module")
-def server(default_model_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+def server(
+    default_model_dir: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ServerHandle]:
+    """The CPU server of this module, without the start-up warm-up (no assertion here reads it).
+    It starts in a thread while the HF oracle (``hf_default_model``) loads in this process."""
     args = ["--device", "cpu", "--context-length", str(CONTEXT), "--page-size", str(PAGE)]
-    args.append("--enable-cache-report")
-    h = start_server(args, real_env(), tmp_path_factory.mktemp("sampling") / "server.log", timeout_s=300)
+    args += ["--enable-cache-report", "--skip-server-warmup"]
+    log = tmp_path_factory.mktemp("sampling") / "server.log"
+    with ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(start_server, args, real_env(), log, timeout_s=300)
+        try:
+            request.getfixturevalue("hf_default_model")
+        finally:
+            h = fut.result()
     yield h
     assert h.stop() == 0, h.log()[-3000:]
     assert "Traceback" not in h.log(), h.log()[-5000:]
@@ -59,13 +70,13 @@ def client(server: ServerHandle) -> Any:
 
 
 @pytest.fixture(scope="module")
-def hf_next_logits(hf_default_model: Any) -> Any:
+def hf_next_logits(server: ServerHandle, request: pytest.FixtureRequest) -> Any:
     """``ids -> [V] float64`` next-token logits of HF transformers on the same checkpoint (a fresh
     copy per call: callers penalize it in place). Memoized per id sequence: the references of
     several cases walk the same prefixes."""
     import torch
 
-    model = hf_default_model
+    model = request.getfixturevalue("hf_default_model")  # loaded while ``server`` started
     seen: dict[tuple[int, ...], Any] = {}
 
     def run(ids: list[int]) -> Any:

@@ -80,13 +80,13 @@ def model_name(url: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def hf_prompt_logprobs(default_model_dir: str, mtok) -> list[float]:  # noqa: ANN001
-    """log p(prompt[i] | prompt[:i]) for i >= 1 of ``PROMPT`` (float32 forward of the checkpoint)."""
+def hf_prompt_logprobs(hf_default_model, mtok) -> list[float]:  # noqa: ANN001
+    """log p(prompt[i] | prompt[:i]) for i >= 1 of ``PROMPT`` (float32 forward of the checkpoint,
+    the session's ``hf_default_model``)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     ids = mtok.encode(PROMPT, add_special_tokens=False)
-    model = AutoModelForCausalLM.from_pretrained(default_model_dir, dtype=torch.float32).eval()
+    model = hf_default_model
     with torch.no_grad():
         logits = model(torch.tensor([ids])).logits[0].double()
     lp = torch.log_softmax(logits, dim=-1)
