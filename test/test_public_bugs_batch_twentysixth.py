@@ -298,3 +298,28 @@ def test_batch_metadata_at_its_bounds_round_trips(batches_client: openai.OpenAI)
     assert batches_client.batches.retrieve(b.id).metadata == metadata
     assert [x.metadata for x in batches_client.batches.list()] == [metadata]
     assert wait_batch(batches_client, b.id).metadata == metadata
+
+
+def test_removed_file_cursors_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The places of removed files that keep list cursors working (litellm#36324 above) are held
+    for the latest ``GONE_CURSORS_KEPT`` removals only, so a server that deletes files for weeks
+    does not grow without bound: with the bound at 2, the cursor of the newest removed file still
+    continues after its place (oracle: creation order), while that of the oldest, forgotten, starts
+    from the first file as an id never stored does."""
+    from sglang_v4.entrypoints.openai import file_store as fs
+
+    monkeypatch.setattr(fs, "GONE_CURSORS_KEPT", 2)
+    store = fs.FileStore()
+    try:
+        ids = [store.create(b"{}\n", f"f{i}.jsonl", "batch").id for i in range(6)]
+        for fid in ids[1:4]:  # the first file stays
+            assert store.delete(fid)
+        assert len(store._gone) == 2  # ids[2], ids[3]; ids[1] forgotten
+        page, _ = store.list(after=ids[3], order="asc")
+        assert [f.id for f in page] == ids[4:]
+        page, _ = store.list(after=ids[2], order="desc")
+        assert [f.id for f in page] == [ids[0]]
+        page, _ = store.list(after=ids[1], order="asc")  # forgotten: from the first file
+        assert [f.id for f in page] == [ids[0], *ids[4:]]
+    finally:
+        store.close()

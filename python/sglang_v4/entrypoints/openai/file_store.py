@@ -63,6 +63,11 @@ class _Entry:
     order: int = field(default=0)
 
 
+#: How many removed files' places :class:`FileStore` remembers for list cursors (a cursor naming an
+#: older removed file starts from the first file, as an id never stored does).
+GONE_CURSORS_KEPT = 100_000
+
+
 class FileStore:
     """Files by id: content on disk, :class:`FileObject` in memory.
 
@@ -90,7 +95,8 @@ class FileStore:
         )
         self._entries: dict[str, _Entry] = {}
         #: the creation rank of each removed (deleted or expired) file, so a list cursor that
-        #: names one still marks its place (a page's last file deleted between two pages)
+        #: names one still marks its place (a page's last file deleted between two pages); the
+        #: :data:`GONE_CURSORS_KEPT` latest only, so a long-running server's memory stays bounded
         self._gone: dict[str, int] = {}
         self._counter = 0
 
@@ -180,6 +186,8 @@ class FileStore:
         if entry is None:
             return False
         self._gone[file_id] = entry.order
+        if len(self._gone) > GONE_CURSORS_KEPT:  # forget the oldest removal (insertion order)
+            del self._gone[next(iter(self._gone))]
         try:
             os.remove(entry.path)
         except FileNotFoundError:
