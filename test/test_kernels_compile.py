@@ -32,6 +32,7 @@ _W8A16 = dict(
     N="i32", K="i32", stride_xm="i32", stride_xg="i32", stride_wn="i32", stride_sn="i32", stride_ym="i32",
     stride_part="i32", SPLIT_K="constexpr", BLOCK_M="constexpr", BLOCK_N="constexpr", BLOCK_K="constexpr",
     SUB_K="constexpr", USE_ASM="constexpr", QUANT_A="constexpr", F16="constexpr", WORDS="constexpr",
+    IEEE="constexpr",
 )  # fmt: skip
 _W8A8 = dict(
     q_ptr="*fp8e4nv", qs_ptr="*fp32", w_ptr="*fp8e4nv", s_ptr="*fp32", y_ptr="*bf16", M="i32", N="i32",

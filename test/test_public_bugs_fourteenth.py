@@ -142,7 +142,8 @@ def test_mcp_web_ui_5_empty_stop_sequence_is_a_400(plain_fake_server: ServerHand
             plain_fake_server, CHAT, {"model": FAKE_MODEL, "messages": HI, "max_tokens": 5, "stop": stops}
         )
         assert r.status_code == 400 and r.json()["param"] == "stop", r.text
-    msg = client.messages.create(**kw, stop_sequences=["\n"])
+    # a whitespace-only sequence is refused too (Anthropic's API, BerriAI/litellm#3286): text around it
+    msg = client.messages.create(**kw, stop_sequences=["\nEND"])
     assert msg.stop_reason == "max_tokens" and msg.content[0].text == FAKE_TEXT[: len(msg.content[0].text)]
 
 
