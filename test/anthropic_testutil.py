@@ -121,3 +121,15 @@ def served_prompt(tok: Any, body: dict[str, Any]) -> tuple[str, int, int]:
     client.messages.create(model=MODEL, max_tokens=20, thinking=NO_THINK, **body)
     counted = client.messages.count_tokens(model=MODEL, thinking=NO_THINK, **body).input_tokens
     return tok.decode(tm.received[-1].input_ids), len(tm.received[-1].input_ids), counted
+
+
+def stream_events(tc: TestClient, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events of ``body`` posted to ``/v1/messages`` streamed (``max_tokens`` 200 unless
+    ``body`` sets it; ``ping`` left out), each validated as the ``anthropic`` client's
+    ``RawMessageStreamEvent``."""
+    r = tc.post("/v1/messages", json={"model": MODEL, "max_tokens": 200, **body, "stream": True})
+    assert r.status_code == 200, r.text
+    events = [e for e in sse(r.text) if e["type"] != "ping"]
+    for e in events:
+        EVENTS.validate_python(e)
+    return events

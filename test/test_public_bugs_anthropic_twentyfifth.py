@@ -19,10 +19,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from anthropic_testutil import EVENTS, WEATHER, make_clients
+from anthropic_testutil import WEATHER, make_clients
+from anthropic_testutil import stream_events as _stream
 from deepseek_recipe_testutil import recipe_messages_prompt, recipe_messages_response
 from fake_prompt_tm import ARGS, CALL, MODEL, D, PromptTM, blocks
-from responses_testutil import sse
 from transformers import PreTrainedTokenizerFast
 
 USER = [{"role": "user", "content": "What is the weather in Paris and Rome?"}]
@@ -68,17 +68,6 @@ class BurstTM(PromptTM):
         for j, o in enumerate(outs, start=1):
             if self.cuts is None or j in self.cuts or j == len(outs):
                 yield o
-
-
-def _stream(tc: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The events of ``body`` streamed (``ping`` left out), each validated as the ``anthropic``
-    client's ``RawMessageStreamEvent``."""
-    r = tc.post("/v1/messages", json={"model": MODEL, "max_tokens": 200, **body, "stream": True})
-    assert r.status_code == 200, r.text
-    events = [e for e in sse(r.text) if e["type"] != "ping"]
-    for e in events:
-        EVENTS.validate_python(e)
-    return events
 
 
 def _documented_order(events: list[dict[str, Any]]) -> None:

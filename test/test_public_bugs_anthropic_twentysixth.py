@@ -19,9 +19,9 @@ from typing import Any
 import anthropic
 import pytest
 from anthropic.types import MessageDeltaUsage
-from anthropic_testutil import EVENTS, NO_THINK, WEATHER, make_clients
+from anthropic_testutil import NO_THINK, WEATHER, make_clients
+from anthropic_testutil import stream_events as _stream
 from fake_prompt_tm import CALL, MODEL, D, PromptTM
-from responses_testutil import sse
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.sampling.stop_checker import stop_holdback
@@ -49,17 +49,6 @@ def _n_tokens(tok: PreTrainedTokenizerFast, text: str) -> int:
 def _prompt_tokens(tok: PreTrainedTokenizerFast, body: dict[str, Any]) -> int:
     """Tokens of the prompt DeepSeek's own Messages converter renders for ``body`` (thinking off)."""
     return _n_tokens(tok, recipe_messages_prompt(body, thinking=False))
-
-
-def _stream(tc: Any, body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The events of ``body`` streamed (``ping`` left out), each validated as the ``anthropic``
-    client's ``RawMessageStreamEvent``."""
-    r = tc.post("/v1/messages", json={"model": MODEL, "max_tokens": 200, **body, "stream": True})
-    assert r.status_code == 200, r.text
-    events = [e for e in sse(r.text) if e["type"] != "ping"]
-    for e in events:
-        EVENTS.validate_python(e)
-    return events
 
 
 # ----------------------------------------------------------------------------- usage
