@@ -1,7 +1,8 @@
 """Public reports on the OpenAI Files and Batch APIs (``/v1/files``, ``/v1/batches``), ported to
 this server (round 27): the error a duplicated ``custom_id`` gives, how a request the route
-refuses is written to the error file, ``expires_at`` with and without an expiry policy, and JSONL
-input with Windows line endings or a final newline. Each test names its report; the oracle is the
+refuses is written to the error file, ``expires_at`` with and without an expiry policy, JSONL
+input with Windows line endings or a final newline, the batch list's cursors and order, and a
+batch in which no request succeeds. Each test names its report; the oracle is the
 ``openai`` client's own types, OpenAI's documented batch and file semantics (the output line's
 ``response.status_code`` / ``error`` split, ``expires_after`` / ``output_expires_after`` anchored
 at the file's ``created_at``), the JSON Lines rules, or the report's stated behaviour.
@@ -161,3 +162,40 @@ def test_jsonlines_83_a_final_newline_is_no_extra_request(batches_client: openai
     assert b.status == "completed" and b.errors is None
     rc = b.request_counts
     assert rc is not None and (rc.total, rc.completed, rc.failed) == (2, 2, 0)
+
+
+# --------------------------------------------------------------------------- listing and result files
+def test_openapi_229_batch_list_pages_newest_first_with_cursor_ids(
+    batches_client: openai.OpenAI, batches_web: TestClient
+) -> None:
+    """openai/openai-openapi#229 (the list-batches response must carry ``first_id`` and ``last_id``
+    beside ``data`` and ``has_more``, the standard list shape) and BerriAI/litellm#4966
+    (``GET /v1/batches`` answered 405 instead of the list). Expected: each page names its first
+    and last batch, ``has_more`` says whether another follows, and the ``openai`` client's own
+    cursor paginator walks every batch exactly once, newest first (OpenAI's listing order)."""
+    made = [run_batch(batches_client, [chat_line(f"c{i}", "x")]).id for i in range(5)]
+    page = batches_web.get("/v1/batches", params={"limit": 2}).json()
+    assert page["object"] == "list" and page["has_more"] is True
+    assert [b["id"] for b in page["data"]] == made[::-1][:2]
+    assert (page["first_id"], page["last_id"]) == (made[-1], made[-2])
+    walked = [b.id for b in batches_client.batches.list(limit=2)]
+    assert walked == made[::-1]
+    last = batches_web.get("/v1/batches", params={"limit": 2, "after": made[1]}).json()
+    assert [b["id"] for b in last["data"]] == [made[0]] and last["has_more"] is False
+
+
+def test_cookbook_1564_a_batch_with_no_success_has_no_output_file(batches_client: openai.OpenAI) -> None:
+    """openai/openai-cookbook#1564: after a finished job ``output_file_id`` was None and the user
+    found no results -- they were in ``error_file_id``, because no request succeeded. Expected
+    (OpenAI's behaviour the issue describes): a batch whose every request is refused completes
+    with ``output_file_id`` null (no empty output file), every request's line in the error file
+    under its ``custom_id``, and ``request_counts`` saying all failed."""
+    rows = [chat_line("s1", "x", stream=True), chat_line("s2", "y", temperature=9)]
+    b = run_batch(batches_client, rows)
+    assert b.status == "completed"
+    assert b.output_file_id is None and b.error_file_id is not None
+    rc = b.request_counts
+    assert rc is not None and (rc.total, rc.completed, rc.failed) == (2, 0, 2)
+    err = read_lines(batches_client, b.error_file_id)
+    assert sorted(x["custom_id"] for x in err) == ["s1", "s2"]
+    assert all(x["response"]["status_code"] == 400 for x in err)
