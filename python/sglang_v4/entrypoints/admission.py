@@ -8,7 +8,8 @@ in this order:
    (below) answers 503 ``The server is shutting down``.
 2. **API key** (``--api-key``): every route except the open ones needs
    ``Authorization: Bearer KEY`` or ``x-api-key: KEY`` (Anthropic's header, which its clients
-   send), compared in constant time (``hmac.compare_digest``); otherwise 401. The open routes are SGLang's (``http_server.py``'s ``add_api_key_middleware`` lets
+   send), compared in constant time (``hmac.compare_digest``); otherwise 401 with
+   ``WWW-Authenticate: Bearer realm="sglang"`` (RFC 9110 section 15.5.2 requires the challenge). The open routes are SGLang's (``http_server.py``'s ``add_api_key_middleware`` lets
    ``/health*``, ``/ready`` and ``/metrics`` through, and ``OPTIONS`` preflights): here exactly
    ``/health``, ``/health_generate``, ``/ready`` and ``/metrics``. The admin routes (:data:`ADMIN_ROUTES`:
    ``/flush_cache``, ``/abort_request`` and the runtime-control routes) follow SGLang's ``--admin-api-key`` rule: with an admin
@@ -73,6 +74,7 @@ import uvicorn
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from sglang_v4.entrypoints.openai.protocol import auth_challenge_headers
 from sglang_v4.entrypoints.root_path import route_path
 from sglang_v4.entrypoints.route_errors import route_error_body, wants_anthropic_errors
 
@@ -172,6 +174,8 @@ async def _send_error(send: Any, path: str, status: int, message: str, anthropic
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status in (408, 413):
         headers.append((b"connection", b"close"))  # the rest of the body is not read
+    for name, value in (auth_challenge_headers(status) or {}).items():
+        headers.append((name.lower().encode("latin-1"), value.encode("latin-1")))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

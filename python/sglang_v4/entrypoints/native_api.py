@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 from fastapi.responses import Response
 
-from sglang_v4.entrypoints.openai.protocol import error_type_for_status
+from sglang_v4.entrypoints.openai.protocol import auth_challenge_headers, error_type_for_status
 from sglang_v4.managers.control_struct import FlushCacheReqOutput
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.managers.tokenizer_manager import RequestError
@@ -217,8 +217,11 @@ def error_body(message: str, status_code: int = 400) -> dict[str, Any]:
 
 
 def error_response(message: str, status_code: int = 400) -> Response:
-    """:func:`error_body` with HTTP ``status_code``."""
-    return json_response(error_body(message, status_code), status_code=status_code)
+    """:func:`error_body` with HTTP ``status_code``; a 401 carries ``WWW-Authenticate``
+    (:func:`~sglang_v4.entrypoints.openai.protocol.auth_challenge_headers`)."""
+    response = json_response(error_body(message, status_code), status_code=status_code)
+    response.headers.update(auth_challenge_headers(status_code) or {})
+    return response
 
 
 def request_error_response(e: RequestError) -> Response:

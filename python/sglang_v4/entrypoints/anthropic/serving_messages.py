@@ -56,7 +56,7 @@ from sglang_v4.entrypoints.anthropic.protocol import (
     MessagesRequest,
     anthropic_error_body,
 )
-from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
+from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest, auth_challenge_headers
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningParser
 from sglang_v4.entrypoints.openai.request_errors import name_grammar_tool
 from sglang_v4.entrypoints.openai.serving_base import (
@@ -99,8 +99,11 @@ def context_overflow_message(prompt_tokens: int, max_tokens: int, context_len: i
 
 
 def anthropic_error_response(message: str, status: int) -> JSONResponse:
-    """Anthropic's error body (:func:`~.protocol.anthropic_error_body`) with HTTP ``status``."""
-    return JSONResponse(anthropic_error_body(message, status), status_code=status)
+    """Anthropic's error body (:func:`~.protocol.anthropic_error_body`) with HTTP ``status``; a
+    401 carries ``WWW-Authenticate`` (:func:`~sglang_v4.entrypoints.openai.protocol.auth_challenge_headers`)."""
+    return JSONResponse(
+        anthropic_error_body(message, status), status_code=status, headers=auth_challenge_headers(status)
+    )
 
 
 async def _read_body(request: Request, cls: type[Any]) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from sglang_v4.entrypoints.openai.protocol_base import (
     UNSUPPORTED_OPENAI_FIELDS,
+    WWW_AUTHENTICATE_CHALLENGE,
     CompletionTokensDetails,
     ErrorResponse,
     FinishReasonStr,
@@ -23,6 +24,7 @@ from sglang_v4.entrypoints.openai.protocol_base import (
     PromptTokensDetails,
     StreamOptions,
     UsageInfo,
+    auth_challenge_headers,
     error_body,
     error_type_for_status,
 )
@@ -61,6 +63,8 @@ from sglang_v4.entrypoints.openai.protocol_tokenize import (
 )
 
 __all__ = [
+    "WWW_AUTHENTICATE_CHALLENGE",
+    "auth_challenge_headers",
     "ErrorResponse",
     "error_body",
     "error_type_for_status",

@@ -115,6 +115,18 @@ def error_type_for_status(status: int) -> str:
     return "server_error" if status >= 500 else "BadRequestError"
 
 
+#: The challenge every 401 carries in ``WWW-Authenticate``: RFC 9110 section 15.5.2 says a server
+#: sending 401 MUST send that header with at least one challenge for the resource, and the key is a
+#: bearer token (RFC 6750 section 3: scheme ``Bearer``; Anthropic's ``x-api-key`` is accepted too).
+WWW_AUTHENTICATE_CHALLENGE = 'Bearer realm="sglang"'
+
+
+def auth_challenge_headers(status: int) -> dict[str, str] | None:
+    """The headers an error answer with HTTP ``status`` adds: ``{"WWW-Authenticate": ...}``
+    (:data:`WWW_AUTHENTICATE_CHALLENGE`) for a 401, else None (no extra header)."""
+    return {"WWW-Authenticate": WWW_AUTHENTICATE_CHALLENGE} if status == 401 else None
+
+
 def error_body(
     message: str, status: int, err_type: str | None = None, param: str | None = None
 ) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from sglang_v4.entrypoints.openai.protocol import (
     UNSUPPORTED_OPENAI_FIELDS,
+    auth_challenge_headers,
     error_body,
     error_type_for_status,
 )
@@ -63,8 +64,13 @@ def error_response(
     message: str, status: int = 400, err_type: str | None = None, param: str | None = None
 ) -> JSONResponse:
     """The error body (:func:`~.protocol.error_body`: SGLang's flat shape plus OpenAI's nested
-    ``error``) with HTTP ``status``."""
-    return JSONResponse(error_body(message, status, err_type, param), status_code=status)
+    ``error``) with HTTP ``status``; a 401 carries ``WWW-Authenticate``
+    (:func:`~.protocol.auth_challenge_headers`)."""
+    return JSONResponse(
+        error_body(message, status, err_type, param),
+        status_code=status,
+        headers=auth_challenge_headers(status),
+    )
 
 
 #: A JSON integer literal of 19+ digits: orjson decodes exactly only the signed and unsigned 64-bit
