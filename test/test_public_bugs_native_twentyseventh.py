@@ -16,6 +16,8 @@ regression test.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import pytest
@@ -138,3 +140,47 @@ def test_sglang_17395_prefill_only_request_with_logprobs(server: ServerHandle, t
     entries = meta["input_token_logprobs"]
     assert 0 < len(entries) <= len(ids)
     assert [e[1] for e in entries] == ids[len(ids) - len(entries) :]
+
+
+def test_sglang_10640_n_above_one_on_one_prompt_is_a_list_of_n(server: ServerHandle, tok: Any) -> None:
+    """sgl-project/sglang#10640 (the frontend broke on ``n > 1``: ``/generate`` answers one prompt
+    with ``n`` samples as a list, which a caller reading one object mishandled). Expected, per
+    SGLang's contract: one prompt with ``sampling_params.n: 3`` is a list of three complete
+    answers (``text``, ``output_ids``, ``meta_info`` with the asked length and its own id); streamed,
+    every chunk names its sample by ``index`` 0..2 and each sample's last text is the text of
+    the unstreamed answer."""
+    body = {"text": PROMPTS[1], "sampling_params": {"n": 3, "max_new_tokens": 4}}
+    outs = _gen(server, body)
+    assert isinstance(outs, list) and len(outs) == 3
+    for out in outs:
+        assert out["output_ids"] == fake_output_ids(tok, 4)
+        assert out["meta_info"]["completion_tokens"] == 4
+        assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 4}
+    assert len({o["meta_info"]["id"] for o in outs}) == 3
+    r = requests.post(server.url + "/generate", json={**body, "stream": True}, timeout=60, stream=True)
+    assert r.status_code == 200
+    events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    last: dict[int, str] = {}
+    for e in events[:-1]:
+        last[e["index"]] = e["text"]
+    assert last == {i: outs[i]["text"] for i in range(3)}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [123, [["a", "b"]], {"prompt": "hi"}, [1.5], True],
+    ids=["int", "nested", "dict", "floats", "bool"],
+)
+def test_fastchat_2555_a_text_of_the_wrong_type_is_a_400_naming_text(
+    server: ServerHandle, tok: Any, text: Any
+) -> None:
+    """lm-sys/FastChat#2555 (a prompt of the wrong type reached the tokenizer, whose "text input
+    must be of type str ..." failed the request deep inside the worker). Expected: ``/generate``
+    with a ``text`` that is neither a string nor a list of strings is refused up front with HTTP
+    400 whose message names ``text``, and the server still answers a plain request exactly."""
+    r = requests.post(server.url + "/generate", json={"text": text}, timeout=60)
+    assert r.status_code == 400, r.text
+    assert re.search(r"\btext\b", json.dumps(r.json())), r.text
+    out = _gen(server, {"text": "ok", "sampling_params": {"max_new_tokens": 2}})
+    assert out["output_ids"] == fake_output_ids(tok, 2)
