@@ -104,6 +104,7 @@ from sglang_v4.entrypoints.native_api import (
 )
 from sglang_v4.entrypoints.native_api import error_body as native_error_body
 from sglang_v4.entrypoints.openai.request_errors import loads_json_body
+from sglang_v4.entrypoints.openai.serving_outputs import internal_stream_error
 from sglang_v4.entrypoints.openapi_docs import install_openapi
 from sglang_v4.entrypoints.request_id import RequestIdMiddleware
 from sglang_v4.entrypoints.route_errors import install_route_error_handler
@@ -378,6 +379,9 @@ def create_app(
                     yield b"data: " + orjson.dumps(native_error_body(str(e), e.status_code)) + b"\n\n"
                 except RuntimeError as e:  # a late first output that never came (resolve_first)
                     yield b"data: " + orjson.dumps(native_error_body(str(e), 500)) + b"\n\n"
+                except Exception as e:  # noqa: BLE001 - any failure ends the stream with an error event
+                    err = internal_stream_error(e)  # as the OpenAI and Anthropic streams end theirs
+                    yield b"data: " + orjson.dumps(native_error_body(err.message, err.status)) + b"\n\n"
                 yield b"data: [DONE]\n\n"
             finally:
                 await agen.aclose()
