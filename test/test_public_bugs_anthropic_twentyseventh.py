@@ -2,10 +2,15 @@
 (``/v1/messages``, ``/v1/messages/count_tokens``): the ``signature`` of a thinking block (a
 ``signature_delta`` before the block closes, streamed or cut by ``max_tokens``) and the signed
 block replayed on the next turn, ``system`` as a list of text blocks with ``cache_control`` and
-a non-text block there, ``cache_control`` inside and on a ``tool_result``, and ``count_tokens`` over
-system blocks, tools, ``tool_use`` and ``tool_result``.
+a non-text block there, ``cache_control`` inside and on a ``tool_result``, ``count_tokens`` over
+system blocks, tools, ``tool_use`` and ``tool_result``, and ``thinking.display``.
 
-Every report passed as-is; the tests are regression guards.
+Fixed here: ``thinking.display`` was ignored, so ``"omitted"`` still returned the reasoning
+(streamed as ``thinking_delta`` events) and an unknown value was served; ``"omitted"`` now
+returns the thinking block with an empty ``thinking`` and its signature (streamed: the
+``signature_delta`` only), and another value is a 400 naming ``thinking.display``
+(anomalyco/opencode#44544, router-for-me/CLIProxyAPI#5253). The other reports passed as-is;
+their tests are regression guards.
 
 Replayed through the in-process routes on a fake tokenizer manager (no server, no model).
 Oracles: Anthropic's API reference (the stream's event order, ``signature_delta``) and the
@@ -249,3 +254,88 @@ def test_kiro_gateway_135_count_tokens_counts_every_part(tok: PreTrainedTokenize
         rest = {k: v for k, v in body.items() if k != drop}
         fewer = client.messages.count_tokens(model=MODEL, thinking=NO_THINK, **rest).input_tokens
         assert fewer == len(tok.encode(recipe_messages_prompt(rest), add_special_tokens=False)) < counted
+
+
+# ----------------------------------------------------------------------------- display
+
+
+def test_opencode_44544_display_omitted_returns_a_signed_empty_thinking_block(
+    tok: PreTrainedTokenizerFast,
+) -> None:
+    """anomalyco/opencode#44544 (``thinking: {"type": "enabled", "display": "omitted"}`` lost its
+    ``display`` and the reasoning came back summarized instead of omitted) and
+    router-for-me/CLIProxyAPI#5253 (with ``display: "omitted"`` an empty thinking block with a
+    signature and no ``thinking_delta`` events is the requested behaviour); Anthropic's reference:
+    "omitted" redacts the thinking content but returns the signature for multi-turn continuity.
+    Here the model still reasons (the answer is the same), the thinking block comes back with
+    ``thinking: ""`` and the same non-empty signature as the summarized block, the stream sends
+    the block's ``signature_delta`` and no ``thinking_delta``, and ``summarized`` returns the
+    text. Served before, ``display`` was ignored and the reasoning returned. Oracle: the
+    reference and the reports' stated behaviour; the ``anthropic`` client's types; the
+    summarized response of the same request."""
+    reply = THOUGHT + "</think>" + ANSWER
+    client, _, tc = make_clients(PromptTM(tok, reply=reply))
+    shown = client.messages.create(
+        model=MODEL, max_tokens=200, messages=USER, thinking={**THINK, "display": "summarized"}
+    )
+    omitted_think = {**THINK, "display": "omitted"}
+    hidden = client.messages.create(model=MODEL, max_tokens=200, messages=USER, thinking=omitted_think)
+    assert [b.type for b in shown.content] == [b.type for b in hidden.content] == ["thinking", "text"]
+    assert shown.content[0].thinking == THOUGHT and hidden.content[0].thinking == ""
+    assert hidden.content[0].signature and hidden.content[0].signature == shown.content[0].signature
+    assert hidden.content[1].text == shown.content[1].text == ANSWER
+
+    events = _stream(tc, {"messages": USER, "thinking": omitted_think})
+    assert _block_events(events, 0) == ["start", "signature_delta", "stop"]
+    assert events[1]["content_block"]["type"] == "thinking"
+    assert "".join(e["delta"].get("text", "") for e in events if e["type"] == "content_block_delta") == ANSWER
+
+    with client.messages.stream(model=MODEL, max_tokens=200, messages=USER, thinking=omitted_think) as s:
+        final = s.get_final_message()
+    assert (final.content[0].thinking, final.content[0].signature) == ("", hidden.content[0].signature)
+
+
+@pytest.mark.parametrize("display", ["hidden", "", 1])
+def test_opencode_44544_unknown_display_is_400(tok: PreTrainedTokenizerFast, display: Any) -> None:
+    """anomalyco/opencode#44544 (a ``display`` the server did not read was silently served as the
+    default): ``display`` takes ``summarized`` or ``omitted`` (Anthropic's reference); another
+    value is a 400 in Anthropic's error shape naming ``thinking.display``, no engine request
+    made. Oracle: the reference's enum; the ``anthropic`` client's ``BadRequestError``."""
+    tm = PromptTM(tok, reply="Hi.")
+    client, _, _ = make_clients(tm)
+    with pytest.raises(anthropic.BadRequestError, match="thinking.display"):
+        client.messages.create(
+            model=MODEL,
+            max_tokens=20,
+            messages=USER,
+            thinking={**THINK, "display": display},  # type: ignore[typeddict-item]
+        )
+    assert tm.received == []
+
+
+def test_librechat_279_replayed_signed_empty_thinking_block_is_served(tok: PreTrainedTokenizerFast) -> None:
+    """LibreChat-AI/agents#279 (an omitted-display turn's signed thinking block has empty text;
+    replayed, it must still carry its ``thinking`` field and be accepted): the
+    ``display: "omitted"`` answer, sent back as the assistant turn of the next request, is served
+    and renders the prompt DeepSeek's own Messages converter renders for that history. Oracle:
+    ``deepseek-recipe``."""
+    tm = PromptTM(tok, reply=THOUGHT + "</think>" + ANSWER)
+    client, _, _ = make_clients(tm)
+    omitted_think = {**THINK, "display": "omitted"}
+    first = client.messages.create(model=MODEL, max_tokens=200, messages=USER, thinking=omitted_think)
+    history = [
+        *USER,
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+        {"role": "user", "content": "And 9.8?"},
+    ]
+    assert history[1]["content"][0] == {
+        "type": "thinking",
+        "thinking": "",
+        "signature": first.content[0].signature,
+    }
+    low = {"output_config": {"effort": "low"}}
+    again = client.messages.create(
+        model=MODEL, max_tokens=200, messages=history, thinking=THINK, extra_body=low
+    )
+    assert again.stop_reason == "end_turn"
+    assert _prompt(tm) == recipe_messages_prompt({"messages": history, **low}, thinking=True)

@@ -2,8 +2,9 @@
 OpenAI fields a server must honour rather than accept and ignore (``n``, ``logprobs`` /
 ``top_logprobs``, ``stop``, ``max_completion_tokens`` and its precedence over the deprecated
 ``max_tokens``), the usage-only chunk that ``stream_options.include_usage`` adds at the end of a
-stream (``n`` choices too), and the output hints ``prediction`` / ``verbosity`` that a server
-without them accepts and ignores.
+stream (``n`` choices too), the output hints ``prediction`` / ``verbosity`` that a server
+without them accepts and ignores, the ``developer`` role, and the UTF-8 ``bytes`` of chat
+logprobs.
 
 Every report passed as-is; the tests are regression guards.
 
@@ -169,3 +170,64 @@ def test_stdapi_124_prediction_and_verbosity_are_accepted_and_ignored(tok: PreTr
         prompts.append(tm.received[-1].input_ids)
     assert answers[0] == answers[1] == REPLY
     assert prompts[0] == prompts[1]
+
+
+# --------------------------------------------------------------------------- roles
+
+
+def test_halogen_server_3_developer_role_is_a_system_instruction(tok: PreTrainedTokenizerFast) -> None:
+    """peonist-ai/halogen-server#3 (also peonist-ai/halogen-flash-server#32 and ogx-ai/ogx#6069:
+    ``role: "developer"``, the current OpenAI name for application instructions that clients such
+    as Codex send to reasoning models, fell into the "Unexpected message role" branch and was a
+    400, while an invented role got the same answer): a ``developer`` message, sent through the
+    ``openai`` client's own ``developer`` message type, is served as the system instruction: the
+    prompt is the one DeepSeek's own converter renders for the same text as ``system``; an invented
+    role stays a 400 naming ``messages.0.role``, no engine request made. Oracle: ``deepseek-recipe``
+    on the ``system`` body; the ``openai`` client's message types."""
+    tm = FakeTM(tok, reply="Hi.")
+    _oai(_client(tm)).chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+        max_tokens=16,
+    )
+    as_system = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    assert tok.decode(tm.received[-1].input_ids) == recipe_prompt({"messages": as_system}, thinking=False)
+
+    tm = FakeTM(tok)
+    r = _client(tm).post(
+        CHAT, json={"model": MODEL, "messages": [{"role": "banana", "content": "x"}, *HI], "max_tokens": 4}
+    )
+    assert r.status_code == 400, r.text
+    assert "messages.0.role" in r.json()["message"]
+    assert tm.received == []
+
+
+# --------------------------------------------------------------------------- logprob bytes
+
+
+def test_dynamo_6953_logprob_bytes_rebuild_the_text(tok: PreTrainedTokenizerFast) -> None:
+    """ai-dynamo/dynamo#6953 and ollama/ollama#13068 (``bytes`` of chat logprobs was ``null`` or
+    missing; OpenAI gives each token's UTF-8 bytes so that characters split across tokens can be
+    put back together, standardcompletions/rfcs#2): on a reply whose emoji is split over two
+    tokens, every ``logprobs.content`` entry and every ``top_logprobs`` entry has ``bytes``; an
+    entry whose token is whole UTF-8 has exactly that token's bytes, and the entries' bytes joined
+    are the UTF-8 of the content, streamed and not. Oracle: Python's UTF-8 encoding of the reply
+    and the DeepSeek tokenizer's split of it."""
+    reply = "Sure 😊 “quoted” 日本語 done"
+    pieces = [tok.decode([i]) for i in _ids(tok, reply)]
+    assert any("\ufffd" in p for p in pieces)  # the emoji is split: a token alone is not UTF-8
+    done = _answer(FakeTM(tok, reply=reply), {"logprobs": True, "top_logprobs": 2, "max_tokens": 64})
+    entries = done.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert entries is not None
+    assert b"".join(bytes(e.bytes or []) for e in entries) == reply.encode("utf-8")
+    for e in entries:
+        assert e.bytes is not None and all(t.bytes is not None for t in e.top_logprobs)
+        if "\ufffd" not in e.token:
+            assert bytes(e.bytes) == e.token.encode("utf-8")
+
+    r = _client(FakeTM(tok, reply=reply)).post(
+        CHAT, json={"model": MODEL, "messages": HI, "logprobs": True, "stream": True, "max_tokens": 64}
+    )
+    chunks = [ChatCompletionChunk.model_validate(e) for e in sse_data_events(r)[:-1]]
+    streamed = [e for c in chunks for ch in c.choices if ch.logprobs for e in ch.logprobs.content or []]
+    assert b"".join(bytes(e.bytes or []) for e in streamed) == reply.encode("utf-8")
