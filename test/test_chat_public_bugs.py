@@ -257,7 +257,7 @@ def _model_dir(root: Path, encoder: str | None, config: dict[str, Any] | None = 
     ("encoder", "config", "expected"),
     [
         # DeepSeek-V4-Flash-0731 (official profile)
-        (OFFICIAL_ENCODER, None, {None: "", "low": "", "high": ABSOLUTE, "max": BEYOND, "xhigh": BEYOND}),
+        (OFFICIAL_ENCODER, None, {None: "", "low": "", "high": ABSOLUTE, "max": BEYOND, "xhigh": ABSOLUTE}),
         # the first V4 checkpoints (preview profile), and a checkpoint without the encoder file
         (PREVIEW_ENCODER, None, {None: "", "low": "", "high": "", "max": ABSOLUTE, "xhigh": ABSOLUTE}),
         (None, None, {None: "", "high": "", "max": ABSOLUTE}),

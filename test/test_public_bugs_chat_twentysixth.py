@@ -175,7 +175,7 @@ def test_cliproxyapi_1307_every_openai_reasoning_effort_is_served(tok: PreTraine
         ), effort
 
 
-@pytest.mark.parametrize("effort", ["ultra", "", "HIGHEST"])
+@pytest.mark.parametrize("effort", ["maximum", "", "HIGHEST"])
 def test_litellm_27050_invalid_reasoning_effort_is_400_naming_the_values(
     tok: PreTrainedTokenizerFast, effort: str
 ) -> None:

@@ -40,17 +40,19 @@ REASONING_EFFORT_BEYOND_MAX_PREFIX = (
 #: The reasoning-effort profiles of DeepSeek-V4 checkpoints (the module docstring): the tiers of
 #: each (OpenAI's ``reasoning_effort`` values -> the encoder's tier, ``None`` its default) and the
 #: instruction each tier puts after BOS in thinking mode. ``preview``: the encoder knows ``"high"``
-#: and ``"max"``, everything at or below "high" renders like "high" (no instruction).
-#: ``official`` (DeepSeek-V4-Flash-0731's encoder, default tier ``"low"``): OpenAI's ``minimal``
-#: is ``low``, ``medium`` is ``high``, ``xhigh`` is ``max``, as DeepSeek's API maps them.
+#: and ``"max"``, everything at or below "high" renders like "high" (no instruction); ``xhigh``
+#: and DeepSeek's ``ultra`` are ``max``. ``official`` (DeepSeek-V4-Flash-0731's encoder, default
+#: tier ``"low"``): the mapping table of DeepSeek's thinking-mode guide, which DeepSeek's own
+#: request converter applies too: ``minimal`` / ``low`` are ``low``, ``medium`` / ``high`` /
+#: ``xhigh`` are ``high``, ``max`` / ``ultra`` are ``max``.
 _EFFORT_TIERS: dict[str, dict[str | None, str | None]] = {
     "preview": {
         None: None, "none": None, "minimal": None, "low": None, "medium": None,
-        "high": "high", "xhigh": "max", "max": "max",
+        "high": "high", "xhigh": "max", "max": "max", "ultra": "max",
     },
     "official": {
         None: "low", "none": "low", "minimal": "low", "low": "low", "medium": "high",
-        "high": "high", "xhigh": "max", "max": "max",
+        "high": "high", "xhigh": "high", "max": "max", "ultra": "max",
     },
 }  # fmt: skip
 _EFFORT_PREFIXES: dict[str, dict[str | None, str]] = {

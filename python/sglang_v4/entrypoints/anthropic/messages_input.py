@@ -43,6 +43,8 @@
   any other on, :mod:`~sglang_v4.entrypoints.openai.reasoning_request`), else the server's
   default applies. ``budget_tokens`` must be a positive integer; it does not bound the reasoning (the
   model has no reasoning budget; ``max_tokens`` bounds reasoning and answer together).
+  ``display`` (:func:`thinking_omitted`): ``summarized`` (the default) returns the reasoning,
+  ``omitted`` returns the thinking block with empty ``thinking`` and its ``signature`` only.
 * ``output_config.effort`` is the chat route's ``reasoning_effort``; ``output_config.format``
   (``{"type": "json_schema", "schema": ...}``) its ``response_format`` (a grammar on the answer).
 * ``stop_sequences`` are ``stop``, ``metadata.user_id`` is ``user``; ``max_tokens`` is the chat
@@ -69,6 +71,7 @@ __all__ = [
     "chat_request_data",
     "messages_to_chat",
     "system_reminder",
+    "thinking_omitted",
     "thinking_switch",
     "tool_choice_to_chat",
     "tools_to_chat",
@@ -481,6 +484,7 @@ def thinking_switch(thinking: Mapping[str, Any] | None) -> bool | None:
     kind = thinking.get("type")
     if kind == "disabled":
         return False
+    thinking_omitted(thinking)  # a bad ``display`` is refused before anything runs
     if kind == "adaptive":
         return True
     if kind == "enabled":
@@ -489,6 +493,27 @@ def thinking_switch(thinking: Mapping[str, Any] | None) -> bool | None:
             raise _error("thinking.budget_tokens", f"must be a positive integer; got {budget!r}.")
         return True
     raise _error("thinking.type", f"must be one of enabled, adaptive, disabled; got {kind!r}.")
+
+
+THINKING_DISPLAYS = ("summarized", "omitted")
+
+
+def thinking_omitted(thinking: Mapping[str, Any] | None) -> bool:
+    """Whether a Messages ``thinking`` field (``enabled`` / ``adaptive``) asks for its reasoning
+    left out of the response: ``display: "omitted"``. Anthropic's reference: the thinking block
+    then comes back with an empty ``thinking`` and its ``signature`` (streamed: no
+    ``thinking_delta``, the ``signature_delta`` only); ``"summarized"`` or no ``display`` returns
+    the reasoning.
+
+    Raises:
+        RequestError: 400 naming ``thinking.display`` (not one of :data:`THINKING_DISPLAYS`).
+    """
+    if thinking is None or thinking.get("type") == "disabled":
+        return False
+    display = thinking.get("display")
+    if display is not None and display not in THINKING_DISPLAYS:
+        raise _error("thinking.display", f"must be one of summarized, omitted; got {display!r}.")
+    return display == "omitted"
 
 
 def _output_config(cfg: Mapping[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:

@@ -83,11 +83,14 @@ def tool_input(arguments: str) -> dict[str, Any]:
     return {} if value is None else value
 
 
-def message_content(out: ChoiceOutput) -> list[ContentBlock]:
-    """The content blocks of a finished choice: thinking, text, tool uses (module docstring)."""
+def message_content(out: ChoiceOutput, omit_thinking: bool = False) -> list[ContentBlock]:
+    """The content blocks of a finished choice: thinking, text, tool uses (module docstring);
+    ``omit_thinking`` (``thinking.display: "omitted"``): the thinking block's text left empty,
+    its ``signature`` kept."""
     blocks: list[ContentBlock] = []
     if out.reasoning:
-        blocks.append(ThinkingBlock(thinking=out.reasoning, signature=thinking_signature(out.reasoning)))
+        shown = "" if omit_thinking else out.reasoning
+        blocks.append(ThinkingBlock(thinking=shown, signature=thinking_signature(out.reasoning)))
     content, after = out.content or "", out.content_after_calls
     before = content[: len(content) - len(after)] if after and content.endswith(after) else content
     if before:
@@ -192,10 +195,13 @@ class MessageEvents:
 
     Args:
         start: the ``message`` of ``message_start`` (empty content, the prompt's usage).
+        omit_thinking: ``thinking.display: "omitted"``: a thinking block sends no
+            ``thinking_delta``, only its ``signature_delta``.
     """
 
-    def __init__(self, start: AnthropicMessage) -> None:
+    def __init__(self, start: AnthropicMessage, omit_thinking: bool = False) -> None:
         self.message = start
+        self.omit_thinking = omit_thinking
         self.n_blocks = 0
         self.open: Any = None  # "thinking", "text" or ("tool_use", call index)
         self.thinking = ""
@@ -225,6 +231,8 @@ class MessageEvents:
             else self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""})
         )
         self.thinking += text
+        if self.omit_thinking:
+            return out
         return out + [self._delta({"type": "thinking_delta", "thinking": text})]
 
     def text(self, text: str) -> list[bytes]:

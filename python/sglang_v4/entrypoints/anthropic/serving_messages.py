@@ -39,7 +39,11 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-from sglang_v4.entrypoints.anthropic.messages_input import anthropic_field_error, chat_request_data
+from sglang_v4.entrypoints.anthropic.messages_input import (
+    anthropic_field_error,
+    chat_request_data,
+    thinking_omitted,
+)
 from sglang_v4.entrypoints.anthropic.messages_output import (
     PING_EVENT,
     MessageEvents,
@@ -223,7 +227,7 @@ class AnthropicServing:
         )
         msg = AnthropicMessage(
             model=req.model,
-            content=message_content(out),
+            content=message_content(out, omit_thinking=thinking_omitted(req.thinking)),
             stop_reason=reason,
             stop_sequence=sequence,
             usage=message_usage(meta, self.chat.enable_cache_report),
@@ -288,11 +292,13 @@ class AnthropicServing:
             err = anthropic_field_error(stream_failure(e, run.grammar_field))
             return error_event(err.message, err.status)
 
+        omit = thinking_omitted(req.thinking)
         # the SSE keep-alive interval passed with no output: the response starts now, and Anthropic's
         # clients read no event before message_start, so it goes out before the first ping
         early = (
             MessageEvents(
-                AnthropicMessage(model=req.model, usage=prompt_usage(self._prompt_tokens(run), cache_report))
+                AnthropicMessage(model=req.model, usage=prompt_usage(self._prompt_tokens(run), cache_report)),
+                omit_thinking=omit,
             )
             if isinstance(first, PendingFirst)
             else None
@@ -311,7 +317,7 @@ class AnthropicServing:
                     start = AnthropicMessage(
                         model=req.model, usage=message_usage(first_meta, cache_report, output_tokens=0)
                     )
-                    events = MessageEvents(start)
+                    events = MessageEvents(start, omit_thinking=omit)
                     for ev in events.start():
                         yield ev
                 async for item in _engine_outputs(gen, head):

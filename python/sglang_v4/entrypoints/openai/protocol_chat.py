@@ -189,7 +189,7 @@ class ChatCompletionRequest(_SamplingExtras, VllmChatFields):
     Thinking mode: ``chat_template_kwargs`` ``{"thinking": true}`` (or ``enable_thinking``), or
     DeepSeek's ``thinking: {"type": "enabled"}``; ``add_generation_prompt: false`` (vLLM's
     extension) leaves out the assistant turn's opening (``continue_final_message`` wins over it);
-    ``reasoning_effort`` one of none, minimal, low, medium, high, xhigh, max; where the request sets
+    ``reasoning_effort`` one of none, minimal, low, medium, high, xhigh, max, ultra; where the request sets
     no thinking switch, an effort turns thinking on (``"none"``: off), as does OpenRouter's
     ``reasoning: {"enabled": true}`` (:mod:`.reasoning_request`). ``response_format``: ``text``, ``json_object``, ``json_schema``
     (``{"json_schema": {"name", "schema", "strict"}}``) or SGLang's ``structural_tag``.
