@@ -3,7 +3,8 @@ values: the top list of a sampled token that is not among the top (no duplicate,
 the logprob of a caller-named token outside the top list, the greedy token as the first entry,
 logprobs that reflect ``logit_bias`` and the presence penalty (processed logprobs), values that
 are never positive, prompt logprobs that are real values (equal to a cold run's next-token
-logprob), and each parallel choice keeping its own logprobs. Each test names its report.
+logprob), and each parallel choice keeping its own logprobs. Each test names its report. All passed
+as-is and are kept as regression tests.
 
 Fixtures: an in-process CPU ``Scheduler`` on conftest's ``sched_model_dir`` (random test model,
 vocabulary 1000). Oracles: a float64 ``log_softmax`` of a greedy run's full-vocabulary logprobs

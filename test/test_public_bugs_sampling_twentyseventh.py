@@ -2,7 +2,8 @@
 against EOS, ``stop_token_ids`` and ``max_new_tokens``; frequency and presence penalties kept
 apart and additive on negative logits; the repetition penalty on negative logits; seeded
 ``n > 1`` requests (distinct choices, repeatable response); and unseeded requests that must not
-share a fixed default seed. Each test names its report.
+share a fixed default seed. Each test names its report. All passed
+as-is and are kept as regression tests.
 
 Fixtures: the in-process ``Scheduler`` on the random test checkpoint (``sched_model_dir``,
 vocabulary 1000, EOS id 1), ``GenerateReqInput`` normalization and the OpenAI routes over the
