@@ -1,7 +1,8 @@
 """A twenty-seventh set of public bug reports in constrained decoding: ``const`` / ``enum`` values
 that are objects or arrays, ``$ref`` into ``properties`` and through chains of references,
-``minItems`` / ``maxItems`` (alone, on a root array of objects, beside a ``type`` list), and a
-``regex`` written with ``^`` / ``$`` anchors.
+``minItems`` / ``maxItems`` (alone, on a root array of objects, beside a ``type`` list), a
+``regex`` written with ``^`` / ``$`` anchors, and ``\\d`` / ``\\w`` / ``\\s`` (and negations) inside
+bracket classes and under counted quantifiers, as a ``regex`` and as a ``pattern``.
 
 Fault found here and fixed: a ``const`` / ``enum`` value that is an object or an array compiled
 (xgrammar 0.2.x) to one literal text, its compact serialization, so ``{"const": {"a": [1, 2]}}``
@@ -269,3 +270,37 @@ def test_regex_edge_anchors_are_honoured(backend: GrammarBackend, regex: str, te
     g = grammar_for(backend, regex=regex)
     for t in texts:
         assert accepts(g, t) == bool(re.fullmatch(regex, t)), t
+
+
+# --------------------------------------------------------------------------- shorthand classes
+
+SHORTHANDS = [
+    (r"([\d]+)", ["22", "2", "a", "", "2a"]),  # rapidsai/custrings#50
+    (r"[\S\s]+", ["a b", "\n", "", "x"]),  # qntm/greenery#35
+    (r"[\Wdef]+", ["d!", "a", "_", "e-"]),  # qntm/greenery#35
+    (r"[a-f\d]+", ["a1f", "g", "9", "a-1"]),  # erlang/otp#4592
+    (r"\d{2,3}", ["1", "12", "123", "1234"]),  # cs-au-dk/dk.brics.automaton#26
+    (r"foo\S\d", ["fooa1", "foo 1", "foo11", "fooa"]),  # sepinf-inc/IPED#2987
+    (r"a\Sb", ["axb", "a b", "ab"]),  # sepinf-inc/IPED#2987
+]
+
+
+@pytest.mark.parametrize("regex, texts", SHORTHANDS)
+def test_shorthand_classes_in_brackets_and_quantifiers(
+    backend: GrammarBackend, regex: str, texts: list[str]
+) -> None:
+    """rapidsai/custrings#50 (``[\\d]+`` matched nothing), qntm/greenery#35 (``[\\S\\s]`` and
+    ``[\\Wdef]`` refused), erlang/otp#4592 (``[a-f\\d]`` refused), cs-au-dk/dk.brics.automaton#26
+    (``\\d{2,3}`` refused) and sepinf-inc/IPED#2987 (``\\S`` expanded without its closing ``]``,
+    so ``foo\\S\\d`` compiled to another language): ``\\d`` / ``\\w`` / ``\\s`` and their
+    negations inside a bracket class or under a counted quantifier. Expected, as a ``regex``
+    answer: exactly the (ASCII) texts Python's ``re.fullmatch`` matches; as a JSON-schema
+    ``pattern``: exactly the strings ``jsonschema`` finds valid."""
+    g = grammar_for(backend, regex=regex)
+    for t in texts:
+        assert accepts(g, t) == bool(re.fullmatch(regex, t)), t
+    schema = {"type": "string", "pattern": f"^(?:{regex})$"}
+    gs = schema_grammar(backend, schema)
+    validator = _validator(schema)
+    for t in texts:
+        assert accepts(gs, json.dumps(t)) == validator.is_valid(t), t
