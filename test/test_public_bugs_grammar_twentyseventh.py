@@ -86,8 +86,19 @@ def _sound(backend: GrammarBackend, schema: Any, values: list[Any], offered: lis
             [{"unit": {"name": "celsius"}}, {"unit": "C"}, {"unit": {"name": "celsius", "symbol": "F"}}],
             [{"unit": {"name": "celsius", "symbol": "C"}}, {"unit": None}],
         ),
-        # the node's other keywords still apply: the string value is not an object
+        # the node's other keywords still apply: the string value is not an object, the
+        # one-key object is too small, the "x" value fails the referenced schema
         ({"type": "object", "enum": [{"a": 1}, "x"]}, ["x", {"a": 2}], [{"a": 1}]),
+        ({"minProperties": 2, "enum": [{"a": 1}, {"a": 1, "b": 2}]}, [{"a": 1}], [{"a": 1, "b": 2}]),
+        (
+            {
+                "$defs": {"p": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+                "$ref": "#/$defs/p",
+                "enum": [{"a": 1}, {"a": "x"}],
+            },
+            [{"a": "x"}, {"a": 2}],
+            [{"a": 1}],
+        ),
     ],
 )
 def test_object_and_array_const_take_any_json_whitespace(

@@ -31,8 +31,7 @@ the schemas of a ``structural_tag``, tool-call arguments), where the JSON Schema
   ``unevaluatedProperties``, else any value); under ``false`` there no object can satisfy the
   schema, which is a ``ValueError``.
 * a Draft 4 - 2019-09 tuple array is written in the 2020-12 form
-  (:mod:`sglang_v4.sampling.json_schema_tuple`); an object / array ``const`` or ``enum`` value
-  as the schema of that value (:mod:`sglang_v4.sampling.json_schema_structured_values`);
+  (:mod:`sglang_v4.sampling.json_schema_tuple`);
 * a ``false`` subschema (it matches nothing) that xgrammar refuses to compile: an ``anyOf`` /
   ``oneOf`` branch ``false`` is dropped (the others mean the same without it), and a property
   ``false`` (the key must be absent) is dropped from ``properties`` where nothing else lets the
@@ -88,7 +87,6 @@ from sglang_v4.sampling.json_schema_length import length_bounds_as_pattern
 from sglang_v4.sampling.json_schema_pattern_length import pattern_within_length_bounds
 from sglang_v4.sampling.json_schema_pattern_text import pattern_over_json_text
 from sglang_v4.sampling.json_schema_regex import search_as_full_match
-from sglang_v4.sampling.json_schema_structured_values import structured_values_as_schemas
 from sglang_v4.sampling.json_schema_tuple import prefix_items_within_max_items, tuple_items_as_prefix_items
 from sglang_v4.sampling.regex_dialect import regex_format_checker, translate_regex
 
@@ -288,7 +286,7 @@ def _rewrite_alternatives(parent: dict[str, Any], key: str, path: str) -> list[A
 def _rewrite(schema: Any, path: str) -> Any:
     if not isinstance(schema, dict):
         return schema
-    out = structured_values_as_schemas(dict(schema))
+    out = dict(schema)
     jsf.type_untyped_key_keywords(out)
     for k in _ONE_SCHEMA:
         if k in out and isinstance(out[k], dict):
@@ -498,8 +496,9 @@ def normalize_json_schema(schema: Any, path: str = "schema") -> Any:
 
     Returns:
         The rewritten schema: the same JSON Schema meaning, with no node xgrammar would compile to
-        a grammar that contradicts it in the ways listed above. ``default`` / ``examples`` values
-        are data, never rewritten; an object / array ``const`` / ``enum`` value is a schema now.
+        a grammar that contradicts it in the ways listed above. ``const`` / ``enum`` / ``default``
+        / ``examples`` values are data and are never rewritten (object / array ``const`` /
+        ``enum`` values: :mod:`sglang_v4.sampling.json_schema_structured_values`, after).
 
     Raises:
         ValueError: a ``required`` property that ``"additionalProperties": false`` forbids (no

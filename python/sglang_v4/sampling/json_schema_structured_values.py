@@ -8,19 +8,25 @@ serialization: the grammar refused the spaced form that it takes everywhere else
 answer (``{"x": {"a": 1}}`` for ``{"x": 1}``-shaped siblings), so a model writing JSON in its
 usual style was steered off its text at the first space inside the value.
 
-:func:`structured_values_as_schemas` writes each object or array value as the schema admitting
-exactly that value (an object: each key ``required`` with its value's schema, nothing else; an
-array: ``prefixItems`` of its items' schemas, exactly that many), which xgrammar compiles with the
-JSON whitespace it allows elsewhere; scalar values stay ``const`` / ``enum`` values. An object's
-keys are taken in the order written (a subset of the JSON texts of the value; never a text of
-another value).
+:func:`enum_values_as_schemas` first keeps, in each ``enum``, the values its node's other keywords
+accept (:func:`~sglang_v4.sampling.json_schema_enum.filter_enum_values`; a ``const`` they refuse
+is a named ``ValueError``), so such a node admits exactly its values and is then written as the
+schemas of those values alone (an object: each key ``required`` with its value's schema, nothing
+else; an array: ``prefixItems`` of its items' schemas, exactly that many; several values: an
+``anyOf``, the scalar ones together as one ``enum``), which xgrammar compiles with the JSON
+whitespace it allows elsewhere. An object's keys are taken in the order written (a subset of
+the JSON texts of the value; never a text of another value).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-__all__ = ["structured_values_as_schemas", "value_schema"]
+from sglang_v4.sampling.json_schema_enum import filter_enum_values
+from sglang_v4.sampling.json_schema_rewrite import _subschema_slots, normalize_json_schema
+
+__all__ = ["enum_values_as_schemas", "value_schema"]
 
 #: Values nested deeper than this stay literal values (xgrammar's compact text): the schema of a
 #: value is as deep as the value, and subschemas are compiled recursively.
@@ -72,60 +78,58 @@ def _structured(value: Any) -> bool:
     return isinstance(value, (dict, list)) and _depth(value) <= MAX_VALUE_DEPTH
 
 
-def _json_types(value: Any) -> set[str]:
-    """The JSON Schema ``type`` names ``value`` is an instance of (an integral number is both
-    ``integer`` and ``number``; Draft 2020-12 Validation, section 6.1.1)."""
-    if value is None:
-        return {"null"}
-    if isinstance(value, bool):
-        return {"boolean"}
-    if isinstance(value, int):
-        return {"integer", "number"}
-    if isinstance(value, float):
-        return {"integer", "number"} if value.is_integer() else {"number"}
-    if isinstance(value, str):
-        return {"string"}
-    return {"array"} if isinstance(value, list) else {"object"}
-
-
-def _type_admits(node: dict[str, Any], value: Any) -> bool:
-    """Whether ``node``'s ``type`` (absent, a name or a list of names) admits ``value``."""
-    t = node.get("type")
-    if t is None:
-        return True
-    names = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else set()
-    return bool(names & _json_types(value))
-
-
-def structured_values_as_schemas(node: dict[str, Any]) -> dict[str, Any]:
-    """``node`` (one schema object) with its object / array ``const`` or ``enum`` values written as
-    schemas (:func:`value_schema`), the same meaning; ``node`` itself where nothing changes.
-
-    A node carrying only ``const`` becomes the value's schema; otherwise the values become the
-    branches of an ``anyOf`` (the scalar ``enum`` values together as one ``enum`` branch) beside
-    the node's other keywords, which JSON Schema applies to every value as before (a value the
-    node's ``type`` refuses is left out: no instance can be it). A node that
-    already has ``anyOf`` / ``oneOf``, or carries both ``const`` and ``enum``, is left as written.
-    """
-    if "anyOf" in node or "oneOf" in node or ("const" in node and "enum" in node):
-        return node
+def _as_schemas(node: dict[str, Any]) -> dict[str, Any] | None:
+    """The schemas of ``node``'s object / array ``const`` / ``enum`` values (an ``anyOf`` where
+    several), or ``None`` where it carries none (or both keywords)."""
+    if "const" in node and "enum" in node:
+        return None
     if "const" in node:
         values = [node["const"]]
     elif isinstance(node.get("enum"), list):
         values = node["enum"]
     else:
-        return node
+        return None
     if not any(_structured(v) for v in values):
-        return node
-    admitted = [v for v in values if _type_admits(node, v)]
-    if not admitted:
-        return node  # no value has the node's type: refused by name downstream
-    values = admitted
-    rest = {k: v for k, v in node.items() if k not in ("const", "enum")}
+        return None
     scalars = [v for v in values if not _structured(v)]
     branches = [value_schema(v) for v in values if _structured(v)]
     if scalars:
         branches.insert(0, {"enum": scalars})
-    if len(branches) == 1 and not rest:
-        return branches[0]
-    return {**rest, "anyOf": branches}
+    return normalize_json_schema(branches[0] if len(branches) == 1 else {"anyOf": branches})
+
+
+def enum_values_as_schemas(schema: Any, path: str = "schema") -> Any:
+    """``schema`` (as compiled: after ``normalize_json_schema``) with its ``enum`` values filtered
+    by their nodes' other keywords, and every node carrying an object / array ``const`` / ``enum``
+    value replaced by the schemas of its values (module docstring); a copy where anything
+    changes, the input unchanged.
+
+    Raises:
+        ValueError: as :func:`~sglang_v4.sampling.json_schema_enum.filter_enum_values` (a node no
+            value satisfies; the message names it by ``path``).
+    """
+    schema = filter_enum_values(schema, path)
+    if not isinstance(schema, dict):
+        return schema
+    replaced = _as_schemas(schema)
+    if replaced is not None:
+        return replaced
+    found: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    stack: list[tuple[tuple[Any, ...], dict[str, Any]]] = [((), schema)]
+    while stack:
+        where, node = stack.pop()
+        for slot, sub in _subschema_slots(node):
+            new = _as_schemas(sub)
+            if new is not None:
+                found.append((where + slot, new))
+            else:
+                stack.append((where + slot, sub))
+    if not found:
+        return schema
+    out = copy.deepcopy(schema)
+    for where, new in found:
+        parent = out
+        for p in where[:-1]:
+            parent = parent[p]
+        parent[where[-1]] = new
+    return out
