@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sglang_v4.sampling.json_schema_enum import filter_enum_values
 from sglang_v4.sampling.json_schema_finite import check_schema_has_finite_value
 from sglang_v4.sampling.json_schema_one_of import check_one_of_disjoint
 from sglang_v4.sampling.json_schema_rewrite import (
@@ -55,6 +54,7 @@ from sglang_v4.sampling.json_schema_rewrite import (
     normalize_json_schema,
     open_arrays,
 )
+from sglang_v4.sampling.json_schema_structured_values import enum_values_as_schemas
 from sglang_v4.sampling.json_schema_support import check_enforceable_schema, merge_all_of
 from sglang_v4.sampling.regex_dialect import translate_regex
 from sglang_v4.sampling.sampling_params import SamplingParams, check_structural_tag
@@ -380,7 +380,7 @@ class GrammarBackend:
                 check_enforceable_schema(schema)
                 check_one_of_disjoint(schema)
                 check_schema_has_finite_value(schema)
-                schema = filter_enum_values(schema)
+                schema = enum_values_as_schemas(schema)
                 compiled = self._compiler.compile_json_schema(
                     json.dumps(schema), max_whitespace_cnt=self.max_whitespace_cnt
                 )

@@ -497,7 +497,8 @@ def normalize_json_schema(schema: Any, path: str = "schema") -> Any:
     Returns:
         The rewritten schema: the same JSON Schema meaning, with no node xgrammar would compile to
         a grammar that contradicts it in the ways listed above. ``const`` / ``enum`` / ``default``
-        / ``examples`` values are data and are never rewritten.
+        / ``examples`` values are data and are never rewritten (object / array ``const`` /
+        ``enum`` values: :mod:`sglang_v4.sampling.json_schema_structured_values`, after).
 
     Raises:
         ValueError: a ``required`` property that ``"additionalProperties": false`` forbids (no

@@ -26,6 +26,7 @@ from sglang_v4.sampling.json_schema_rewrite import (
     check_schema_depth,
     normalize_json_schema,
 )
+from sglang_v4.sampling.json_schema_structured_values import enum_values_as_schemas
 from sglang_v4.sampling.json_schema_support import check_enforceable_schema, merge_all_of
 from sglang_v4.sampling.regex_dialect import translate_regex
 from sglang_v4.sampling.sampling_params import check_structural_tag
@@ -119,7 +120,8 @@ def normalize_tag_schemas(node: Any, max_whitespace_cnt: int) -> Any:
     if node.get("type") == "regex" and isinstance(node.get("pattern"), str):
         return dict(node, pattern=translate_regex(node["pattern"], "pattern"))
     if isinstance(node.get("type"), str) and isinstance(node.get("json_schema"), (dict, bool)):
-        out = dict(node, json_schema=normalize_json_schema(node["json_schema"], "json_schema"))
+        schema = normalize_json_schema(node["json_schema"], "json_schema")
+        out = dict(node, json_schema=enum_values_as_schemas(schema, "json_schema"))
         if out.get("max_whitespace_cnt") is None:
             out["max_whitespace_cnt"] = max_whitespace_cnt
         return out
@@ -148,6 +150,7 @@ def _answer_format(kind: str, spec: str, max_whitespace_cnt: int) -> dict[str, A
             check_json_schema(schema)
             schema = normalize_json_schema(merge_all_of(schema))
             check_enforceable_schema(schema)
+            schema = enum_values_as_schemas(schema)
         except ValueError as e:
             raise ValueError(f"json_schema: invalid grammar: {e}") from None
         return {
@@ -268,8 +271,12 @@ def tool_call_structural_tag(
                 t,
                 function=dict(
                     t["function"],
-                    parameters=normalize_json_schema(
-                        merge_all_of(t["function"]["parameters"]), f"{t['function'].get('name')}.parameters"
+                    parameters=enum_values_as_schemas(
+                        normalize_json_schema(
+                            merge_all_of(t["function"]["parameters"]),
+                            f"{t['function'].get('name')}.parameters",
+                        ),
+                        f"{t['function'].get('name')}.parameters",
                     ),
                 ),
             )
