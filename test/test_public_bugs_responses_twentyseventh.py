@@ -24,6 +24,7 @@ pytest.importorskip("deepseek_recipe")
 
 from deepseek_recipe_testutil import recipe_responses_prompt  # noqa: E402
 from fake_prompt_tm import ARGS, CALL, MODEL, PromptTM  # noqa: E402
+from openai.types.responses import Response as OpenAIResponse  # noqa: E402
 from responses_testutil import WEATHER, make_client, post  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
@@ -248,3 +249,30 @@ def test_continuation_naming_a_built_in_tool_is_a_400_not_a_500(tok: PreTrainedT
     r = tc.post("/v1/responses", json={**body, "tools": [WEATHER]})
     assert r.status_code == 200, r.text
     assert "Sunny, 21C" in tok.decode(tm.received[-1].input_ids)
+
+
+@pytest.mark.parametrize("bad", [0, -1, "2", True, 1.5])
+def test_max_tool_calls_is_accepted_echoed_and_bounded(tok: PreTrainedTokenizerFast, bad: Any) -> None:
+    """ogx-ai/ogx#3563 (implemented by ogx-ai/ogx#4062): ``max_tool_calls``, a field of OpenAI's
+    Responses request and response, was not served. Expected: an integer >= 1 is accepted and
+    echoed in the response, streamed, non-streamed and stored (the ``openai`` client's
+    ``Response.max_tool_calls``), a call still comes back; a value below 1 (or not an integer) is
+    a 400 naming ``max_tool_calls`` (the report's rule, OpenAI's behaviour per ogx-ai/ogx#4062)
+    and nothing is run."""
+    tm = PromptTM(tok, reply=CALL)
+    client, tc = make_client(tm)
+    resp, events = post(tc, {"input": "Weather in Paris?", "tools": [WEATHER], "max_tool_calls": 2})
+    stored = tc.get(f"/v1/responses/{resp['id']}").json()
+    for body in (resp, events[0]["response"], events[-1]["response"], stored):
+        assert OpenAIResponse.model_validate(body).max_tool_calls == 2
+    assert [o["type"] for o in resp["output"]] == ["function_call"]
+    sent = len(tm.received)
+    for stream in (False, True):
+        r = tc.post(
+            "/v1/responses", json={"model": MODEL, "input": "hi", "max_tool_calls": bad, "stream": stream}
+        )
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "max_tool_calls"
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(model=MODEL, input="hi", max_tool_calls=bad)
+    assert len(tm.received) == sent
