@@ -124,8 +124,10 @@ class ResponsesRequest(_Req):
     background: Any = None
     conversation: Any = None
     prompt: Any = None
-    max_tool_calls: Any = None
     stop: Any = None
+    #: OpenAI's cap on a response's calls of built-in tools (an integer >= 1, echoed): none is
+    #: served here, so it limits nothing; function and custom tool calls are not counted
+    max_tool_calls: Any = None
     #: top tokens per answer token with ``include: ["message.output_text.logprobs"]`` (OpenAI's
     #: 0..20, the chat route's bound); without that ``include`` no logprobs are returned (vLLM's rule)
     top_logprobs: int | None = None
@@ -159,7 +161,6 @@ UNSERVED_RESPONSES_FIELDS = {
     "background": "background responses are not supported; use stream instead",
     "conversation": "conversations are not supported; use previous_response_id instead",
     "prompt": "prompt templates are not supported",
-    "max_tool_calls": "max_tool_calls is not supported",
     "stop": "stop is not a field of the Responses API; use /v1/chat/completions for stop strings",
 }
 
@@ -315,7 +316,7 @@ class ResponseObject(BaseModel):
     ``background`` (always false: background responses are refused), ``top_logprobs``,
     ``prompt_cache_key`` and ``safety_identifier`` echo the request, as OpenAI's response does;
     ``presence_penalty`` / ``frequency_penalty`` are the values sampled with (as ``temperature``
-    and ``top_p``), ``max_tool_calls`` is ``null`` (refused when set) and ``service_tier`` is
+    and ``top_p``), ``max_tool_calls`` echoes the request and ``service_tier`` is
     ``default``: the tier that served the request, whatever tier it asked for, as OpenAI's
     reference defines the field (:mod:`.service_tier`). Every field the Open Responses specification requires of
     a response resource is present."""

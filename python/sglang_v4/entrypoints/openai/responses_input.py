@@ -10,7 +10,11 @@ chat path, :mod:`.serving_responses`).
   thing: a user-tier turn, which thinking mode leaves out before the last user turn); ``reasoning``,
   assistant ``message`` and ``function_call`` items that follow one another form one assistant
   turn (``reasoning_content``, ``content``, ``tool_calls`` with the item's ``call_id`` as the call
-  id), as one response's output is one turn; a ``function_call_output`` item is a ``tool`` message
+  id), as one response's output is one turn, and so do a ``reasoning`` item and the turn's
+  first assistant ``message`` that come after its calls and before their outputs (clients replay
+  a response's text after its calls; OpenAI pairs a call with its output by ``call_id``, not by
+  adjacency), the turn rendered in the model's own order: reasoning, text, calls; a
+  ``function_call_output`` item is a ``tool`` message
   answering the call of that ``call_id``, which must be one of the calls of the latest assistant
   turn and answered once (two calls of one turn under one ``call_id``, or a second output of a
   call, is a 400: which call an output answers would be a guess; an id a later turn reuses is
@@ -240,6 +244,12 @@ def check_calls_answered(
         raise _error(f"No tool output found for {what} {pending[0]}.", "input")
 
 
+def _calling_turn(turn: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``turn`` (the assistant turn being built; ``None`` once an output or a non-assistant
+    message closed it) when it has made calls whose outputs have not come yet, else ``None``."""
+    return turn if turn is not None and turn.get("tool_calls") else None
+
+
 def _input_messages(items: str | Sequence[Any], history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The chat messages of ``input`` (:func:`input_to_messages` less the answered check)."""
     if isinstance(items, str):
@@ -276,9 +286,15 @@ def _input_messages(items: str | Sequence[Any], history: Sequence[Mapping[str, A
                 )
             text = _text(item["content"], f"{field}.content")
             if role == "assistant":
-                t = assistant_turn(("content", "tool_calls"))
-                t["content"] = text
-                last_calls, answered = set(), set()
+                calling = _calling_turn(turn)
+                if calling is not None and not calling.get("content"):
+                    # text after the open turn's calls, before any of their outputs: that turn's
+                    # text (calls and outputs pair by call_id, not by adjacency; module docstring)
+                    calling["content"] = text
+                else:
+                    t = assistant_turn(("content", "tool_calls"))
+                    t["content"] = text
+                    last_calls, answered = set(), set()
             else:
                 turn = None
                 # a developer item is an instruction: a system message, as on the chat route
@@ -287,10 +303,14 @@ def _input_messages(items: str | Sequence[Any], history: Sequence[Mapping[str, A
             text = _reasoning_text(item, field)
             if not text:  # no text to replay (empty, or encrypted content only): a no-op
                 continue
-            t = assistant_turn(("content", "tool_calls"))
+            calling = _calling_turn(turn)
+            if calling is not None:  # reasoning between the turn's calls and their outputs
+                t = calling
+            else:
+                t = assistant_turn(("content", "tool_calls"))
+                last_calls, answered = set(), set()
             had = t.get("reasoning_content")
             t["reasoning_content"] = f"{had}\n{text}" if had else text
-            last_calls, answered = set(), set()
         elif kind in CALL_ITEMS:
             body = "arguments" if kind == "function_call" else "input"
             call_id, name, args = item.get("call_id"), item.get("name"), item.get(body)

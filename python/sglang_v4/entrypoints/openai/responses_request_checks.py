@@ -2,7 +2,8 @@
 features not served (:data:`~.protocol_responses.UNSERVED_RESPONSES_FIELDS`), vLLM's non-empty
 ``cache_salt``, and OpenAI's bounds on ``metadata``, ``text.verbosity``
 and ``safety_identifier``, ``service_tier`` outside OpenAI's values, and ``max_output_tokens``
-below :data:`MIN_MAX_OUTPUT_TOKENS` (each a 400 naming the field, in OpenAI's error shape).
+below :data:`MIN_MAX_OUTPUT_TOKENS`, ``max_tool_calls`` below 1 (each a 400 naming the field, in
+OpenAI's error shape).
 """
 
 from __future__ import annotations
@@ -32,13 +33,20 @@ MIN_MAX_OUTPUT_TOKENS = 1
 
 
 def check_responses_request(req: ResponsesRequest) -> None:
-    """Fields refused when set, ``metadata`` bounds, ``text.verbosity``
+    """Fields refused when set, ``max_tool_calls`` other than an integer >= 1 (OpenAI's bound),
+    ``metadata`` bounds, ``text.verbosity``
     outside OpenAI's values, a ``safety_identifier`` over OpenAI's length, ``max_output_tokens``
     below :data:`MIN_MAX_OUTPUT_TOKENS` (400 naming the field).
 
     Raises:
         RequestError: 400 whose ``param`` names the field.
     """
+    calls = req.max_tool_calls
+    if calls is not None and (not isinstance(calls, int) or isinstance(calls, bool) or calls < 1):
+        raise RequestError(
+            f"Invalid 'max_tool_calls': expected an integer >= 1, but got {calls!r} instead.",
+            param="max_tool_calls",
+        )
     if req.max_output_tokens is not None and req.max_output_tokens < MIN_MAX_OUTPUT_TOKENS:
         raise RequestError(
             "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= "

@@ -255,6 +255,7 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
             user=req.user,
             prompt_cache_key=req.prompt_cache_key,
             safety_identifier=req.safety_identifier,
+            max_tool_calls=req.max_tool_calls,
             truncation=req.truncation or "disabled",
         )
         custom = frozenset(custom_tool_formats(request_tools(req.tools, req.input)))
