@@ -139,7 +139,7 @@ def custom_tool_function(tool: Mapping[str, Any], field: str) -> dict[str, Any]:
 
 def custom_tool_formats(tools: Sequence[Any] | None) -> dict[str, dict[str, Any] | None]:
     """Name -> input format (:func:`input_value_format`) of each custom tool of a Responses
-    ``tools`` list already checked by :func:`~.responses_input.responses_tools`."""
+    ``tools`` list already checked by :func:`~.responses_tools.responses_tools`."""
     out: dict[str, dict[str, Any] | None] = {}
     for i, tool in enumerate(tools or []):
         if isinstance(tool, Mapping) and tool.get("type") == "custom":

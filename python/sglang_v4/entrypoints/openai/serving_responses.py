@@ -96,12 +96,8 @@ from sglang_v4.entrypoints.openai.responses_events import ResponsesEventWriter
 from sglang_v4.entrypoints.openai.responses_input import (
     input_to_messages,
     reasoning_switch,
-    request_tools,
     responses_text_format,
-    responses_tool_choice,
-    responses_tools,
     text_with_response_format,
-    tool_namespaces,
 )
 from sglang_v4.entrypoints.openai.responses_input_items import resolve_item_references
 from sglang_v4.entrypoints.openai.responses_reasoning_state import (
@@ -109,6 +105,12 @@ from sglang_v4.entrypoints.openai.responses_reasoning_state import (
     encode_reasoning,
 )
 from sglang_v4.entrypoints.openai.responses_request_checks import check_responses_request
+from sglang_v4.entrypoints.openai.responses_tools import (
+    request_tools,
+    responses_tool_choice,
+    responses_tools,
+    tool_namespaces,
+)
 from sglang_v4.entrypoints.openai.responses_truncation import fit_to_context
 from sglang_v4.entrypoints.openai.serving_base import (
     RequestError,
