@@ -2,11 +2,12 @@
 ``sqrtsoftplus`` top-k router (selection by ``score + bias``, weights from the unbiased scores),
 hash routing by ``tid2eid[input_ids]``, the clamped SwiGLU of the experts, the legacy
 ``compress_ratios`` / ``num_hash_layers`` / ``compress_rope_theta`` config fields, malformed ratio
-schedules, and decode steps whose compressor phase follows the runtime position (each test names
-its report).
+schedules, decode steps whose compressor phase follows the runtime position, FP4 expert decoding
+with the clamp on every expert path, and sink attention for one query vs many (each test names its
+report).
 
 Oracles: float64 references written here from DeepSeek's published ``Gate.forward`` /
-``Expert.forward`` formulas; transformers' ``DeepseekV4ForCausalLM`` on the same weights (one
+``Expert.forward`` formulas and the OCP E2M1 / E8M0 bit layouts; transformers' ``DeepseekV4ForCausalLM`` on the same weights (one
 no-cache forward per sequence, fp32 on the CPU, within 1e-3 as test_model_parity); the reports'
 stated rules (which ratios mean which layer type, a malformed schedule refused).
 """
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 from dsv4_testutil import BASE, CSA, HCA, SL, Driver, Twin, hf_logprobs_memo, make_twin, random_ids
 from sgl_kernel_v4 import ops
 from sglang_v4.configs.model_config import ModelConfig
-from sglang_v4.layers.moe import Router, effective_swiglu_limit
+from sglang_v4.layers.moe import Experts, Router, effective_swiglu_limit
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -222,3 +223,93 @@ def test_pypto_243_decode_compresses_at_the_runtime_position(prefill: int) -> No
     got = torch.cat(outs)
     assert got.shape == ref.shape
     assert (got - ref).abs().max().item() <= TOL
+
+
+# ---------------------------------------------------------------------------------------------
+# FP4 experts and the clamp on every expert path (AI-Hypercomputer/maxtext#3873,
+# HYGON-AI/sglang-das#118)
+# ---------------------------------------------------------------------------------------------
+
+
+def _e2m1(code: int) -> float:
+    """OCP E2M1 by its bit fields: sign (bit 3), exponent (bits 2-1, bias 1), mantissa (bit 0)."""
+    sign = -1.0 if code & 8 else 1.0
+    e, m = (code >> 1) & 3, code & 1
+    return sign * (m * 0.5 if e == 0 else 2.0 ** (e - 1) * (1 + m / 2))
+
+
+def _hand_dequant(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Low nibble first, one ``2 ** (byte - 127)`` per 32 unpacked values; float64."""
+    lut = torch.tensor([_e2m1(c) for c in range(16)], dtype=torch.float64)
+    u = packed.to(torch.int64)
+    vals = torch.stack([lut[u & 15], lut[u >> 4]], dim=-1).flatten(-2)
+    sc = torch.pow(2.0, scale.to(torch.float64) - 127).repeat_interleave(32, dim=-1)
+    return vals * sc
+
+
+def test_maxtext_3873_hygon_118_fp4_and_dense_experts_dequantize_and_clamp_alike() -> None:
+    """AI-Hypercomputer/maxtext#3873 (DeepSeek-V4 FP4 experts: two E2M1 values per byte, LOW nibble
+    first, one E8M0 scale ``2 ** (b - 127)`` per 32 values) and HYGON-AI/sglang-das#118 (the
+    activation between an expert's two GEMMs was not given ``swiglu_limit``, dropping accuracy):
+    FP4 experts built from random bytes, and dense fp32 experts holding the hand-decoded weights,
+    both give the float64 reference ``down(silu(min(gate, L)) * clamp(up, -L, L))`` with ``L = 2``
+    on inputs that push most gates and ups past the limit (relative 1e-4)."""
+    torch.manual_seed(3873)
+    n_exp, d, inter, limit = 2, 32, 32, 2.0
+    gu_packed = torch.randint(0, 256, (n_exp, 2 * inter, d // 2), dtype=torch.uint8)
+    dn_packed = torch.randint(0, 256, (n_exp, d, inter // 2), dtype=torch.uint8)
+    gu_scale = torch.randint(122, 128, (n_exp, 2 * inter, d // 32), dtype=torch.uint8)
+    dn_scale = torch.randint(122, 128, (n_exp, d, inter // 32), dtype=torch.uint8)
+    w_gu, w_dn = _hand_dequant(gu_packed, gu_scale), _hand_dequant(dn_packed, dn_scale)
+
+    fp4 = Experts(n_exp, d, inter, limit, torch.float32, "cpu", quant="fp4")
+    fp4.gate_up_proj.copy_(gu_packed)
+    fp4.down_proj.copy_(dn_packed)
+    fp4.gate_up_proj_scale_inv.copy_(gu_scale)
+    fp4.down_proj_scale_inv.copy_(dn_scale)
+    dense = Experts(n_exp, d, inter, limit, torch.float32, "cpu")
+    dense.gate_up_proj.copy_(w_gu.float())
+    dense.down_proj.copy_(w_dn.float())
+
+    x = torch.randn(6, d) * 4
+    ids = torch.tensor([[0, 1], [1, 0], [0, 1], [1, 0], [0, 1], [1, 0]])
+    w = torch.rand(6, 2)
+    ref = torch.zeros(6, d, dtype=torch.float64)
+    clamped = 0
+    for t in range(6):
+        for j in range(2):
+            e = int(ids[t, j])
+            gu = w_gu[e] @ x[t].double()
+            gate, up = gu[:inter], gu[inter:]
+            clamped += int((gate > limit).sum() + (up.abs() > limit).sum())
+            h = F.silu(gate.clamp(max=limit)) * up.clamp(-limit, limit)
+            ref[t] += float(w[t, j]) * (w_dn[e] @ h)
+    assert clamped > 6 * 2 * inter // 2  # the clamp decides most values
+    scale = ref.abs().max().item()
+    for name, experts in (("fp4", fp4), ("dense", dense)):
+        got = experts(x, ids, w).double()
+        assert (got - ref).abs().max().item() <= 1e-4 * scale, name
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention sink, one query vs many (ml-explore/mlx#3452)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_mlx_3452_sink_attention_same_for_a_single_query_and_a_batch_of_queries() -> None:
+    """ml-explore/mlx#3452 (scaled-dot-product attention with per-head ``sinks`` -- a learnable
+    logit in the softmax denominator only -- gave the last position a different output as the
+    last row of a 34-query prefill than as a single decode query over the same keys, so cached
+    decode diverged from recomputation in DeepSeek-V4): the last position's log-probabilities from
+    one 34-token prefill equal (1e-5) those of a 33-token prefill plus one decode step, both within
+    1e-3 of transformers'."""
+    twin = _twin("small_rates")
+    ids = random_ids(34, seed=3452)
+    whole = Driver(twin, page_size=64).run_chunked(ids, 1000)[-1]
+    drv = Driver(twin, page_size=64)
+    slot = drv.new_req()
+    drv.step([(slot, ids[:-1])])
+    single = drv.step([(slot, ids[-1:])])[0][-1]
+    drv.release(slot)
+    assert (whole - single).abs().max().item() <= 1e-5
+    assert (single - hf_logprobs_memo(twin, ids)[-1]).abs().max().item() <= TOL
