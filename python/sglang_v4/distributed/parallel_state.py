@@ -164,14 +164,23 @@ def check_parallel_layout(hf: Any, tp_size: int, ep_size: int, fp4_experts: bool
 
     Raises:
         ValueError: naming ``tp_size`` (or ``ep_size``), the model dimension that does not divide,
-            and the TP sizes (with this ``ep_size``) that do.
+            and the sizes that do: the ``--ep-size`` values (with this ``tp_size``) when an expert
+            split fails, the ``--tp-size`` values (with this ``ep_size``) otherwise.
     """
     for flag, name, size, parts in layout_splits(hf, tp_size, ep_size, fp4_experts):
         if size % parts == 0:
             continue
         field = "ep_size" if flag == "--ep-size" else "tp_size"
-        fits = [t for t in range(1, 257) if t % ep_size == 0 and _splits(hf, t, ep_size, fp4_experts)]
-        hint = f"; --tp-size values that split it (with --ep-size {ep_size}): {fits}" if fits else ""
+        hint = ""
+        if flag != "--tp-size":
+            eps = [
+                e for e in range(1, tp_size + 1) if tp_size % e == 0 and _splits(hf, tp_size, e, fp4_experts)
+            ]
+            if eps:
+                hint = f"; --ep-size values that split it (with --tp-size {tp_size}): {eps}"
+        if not hint:
+            fits = [t for t in range(1, 257) if t % ep_size == 0 and _splits(hf, t, ep_size, fp4_experts)]
+            hint = f"; --tp-size values that split it (with --ep-size {ep_size}): {fits}" if fits else ""
         raise ValueError(
             f"{field}: --tp-size {tp_size} --ep-size {ep_size} cannot split this model: its {name} ({size}) "
             f"is not divisible by {parts} ({flag}){hint}"
