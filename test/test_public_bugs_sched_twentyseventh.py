@@ -1,6 +1,6 @@
 """Scheduler regressions from public SGLang / vLLM reports (twenty-seventh round): priority
 preemption (the preempted request resumes with its cold output; one blocked request preempts only
-as many running requests as it needs), a decoding request beside a chunked long prompt (one token
+as many running requests as it needs), ``lpm`` against ``fcfs`` admission order, a decoding request beside a chunked long prompt (one token
 every step, no step lost to the prefill), prompts just over one chunk with the radix cache off,
 retraction on a tight pool with the radix cache off, and SGLang's deprecated millisecond names of
 the request timeouts.
@@ -128,6 +128,49 @@ def test_one_blocked_request_preempts_only_one_running_request(
     assert res["a"]["ids"] == cold(roomy, 100, 2711, 10)
     assert res["b"]["ids"] == cold(roomy, 110, 2712, 10)
     assert_idle(s)
+
+
+# --------------------------------------------------------------------------- lpm
+
+
+@pytest.mark.parametrize(
+    ("policy", "radix_off", "first"), [("lpm", False, "hot"), ("fcfs", False, "cold"), ("lpm", True, "cold")]
+)
+def test_lpm_admits_the_cached_prefix_first(
+    sched_model_dir: str, roomy: Scheduler, policy: str, radix_off: bool, first: str
+) -> None:
+    """sgl-project/sglang#31954 (and #31723) describe SGLang's ``lpm``: the waiting queue is
+    sorted by matched-prefix length, so a cache-hot request is admitted before an earlier
+    cache-cold one; ``fcfs`` keeps arrival order, and (SGLang's rule) a cache-aware policy orders
+    first come first served when the radix cache is off. Expected, with one running slot and a
+    cached 256-token block: under ``lpm`` the later request sharing that block is admitted first,
+    under ``fcfs`` (or ``lpm`` without the radix cache) the earlier cold one is; both end with
+    their cold outputs either way."""
+    s = make_scheduler(
+        sched_model_dir, schedule_policy=policy, max_running_requests=1, disable_radix_cache=radix_off
+    )
+    warm = random_ids(300, 2761)
+    submit(s, "warm", warm, 2)
+    drain(s)
+    hot = warm[:PAGE] + random_ids(40, 2762)
+    submit(s, "cold", random_ids(296, 2763), 2)
+    submit(s, "hot", hot, 2)
+    s.step()
+    assert [r.rid for r in s.running] == [first]
+    res = drain(s)
+    assert res["cold"]["ids"] == cold(roomy, 296, 2763, 2)
+    assert res["hot"]["ids"] == _cold_ids(roomy, hot, 2)
+    assert res["hot"]["cached"] == (0 if radix_off else PAGE)
+    assert_idle(s)
+
+
+def _cold_ids(roomy: Scheduler, ids: list[int], n: int) -> list[int]:
+    """Greedy output ids of ``ids`` run alone on a flushed roomy scheduler."""
+    assert roomy.flush_cache()
+    submit(roomy, "cold-ids", ids, n)
+    out = drain(roomy)["cold-ids"]["ids"]
+    assert roomy.flush_cache()
+    return out
 
 
 # --------------------------------------------------------------------------- chunked prefill
