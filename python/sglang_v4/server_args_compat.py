@@ -229,8 +229,19 @@ def warn_ignored_sglang_args(args: Any, log: logging.Logger | None = None) -> st
 
 
 #: SGLang environment variables sglang-v4 reads (``SGLANG_V4_*`` are its own and always read).
+#: (the request timeouts of ``managers/request_timeouts.py`` with their deprecated millisecond
+#: names, and the slow-request log threshold of ``managers/request_log.py`` among them)
 READ_SGLANG_ENV = frozenset(
-    {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "SGLANG_HEALTH_CHECK_TIMEOUT", "SGLANG_TORCH_PROFILER_DIR"}
+    {
+        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN",
+        "SGLANG_HEALTH_CHECK_TIMEOUT",
+        "SGLANG_TORCH_PROFILER_DIR",
+        "SGLANG_REQ_WAITING_TIMEOUT",
+        "SGLANG_REQ_RUNNING_TIMEOUT",
+        "SGLANG_QUEUED_TIMEOUT_MS",
+        "SGLANG_FORWARD_TIMEOUT_MS",
+        "SGLANG_LOG_REQUEST_EXCEEDED_MS",
+    }
 )
 
 

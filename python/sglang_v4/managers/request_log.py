@@ -16,17 +16,57 @@ the level, with SGLang's meanings (its ``--help``):
 ``text`` format: ``Receive: rid=... key=value ...`` / ``Finish: rid=... ...`` (values as
 ``repr``); ``json`` format: one JSON object per line, ``{"event": "request.received" |
 "request.finished", "rid": ..., ...}``, so a log shipper can parse it.
+
+``SGLANG_LOG_REQUEST_EXCEEDED_MS`` (SGLang's variable, milliseconds, integer; default ``-1``):
+when above 0, the finish line of a request whose end-to-end latency is under that many
+milliseconds is not logged (the received line still is), so only slow requests leave a finish
+line; unset, ``<= 0`` or not an integer (a warning, once): every finish line is logged.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+from collections.abc import Mapping
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 LOG_REQUESTS_LEVELS = (0, 1, 2, 3)
 LOG_REQUESTS_FORMATS = ("text", "json")
 #: Characters of a text / ids of a list kept at level 2 (SGLang's partial length).
 PARTIAL_LIMIT = 2048
+#: SGLang's variable: log only the finish lines of requests at least this slow (milliseconds)
+LOG_EXCEEDED_MS_ENV = "SGLANG_LOG_REQUEST_EXCEEDED_MS"
+_warned: set[str] = set()
+
+
+def log_exceeded_ms(environ: Mapping[str, str] | None = None) -> int:
+    """``SGLANG_LOG_REQUEST_EXCEEDED_MS`` read from ``environ`` (default ``os.environ``): the
+    latency threshold in milliseconds of the finish lines (module docstring); ``-1`` when unset
+    or not an integer (logged once per value)."""
+    raw = (os.environ if environ is None else environ).get(LOG_EXCEEDED_MS_ENV)
+    if raw is None or not raw.strip():
+        return -1
+    try:
+        return int(raw)
+    except ValueError:
+        if raw not in _warned:
+            _warned.add(raw)
+            logger.warning("%s=%r is not an integer; every finish line is logged", LOG_EXCEEDED_MS_ENV, raw)
+        return -1
+
+
+def finish_line_due(meta: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> bool:
+    """Whether a request whose response ``meta_info`` is ``meta`` gets a finish line: always,
+    unless ``SGLANG_LOG_REQUEST_EXCEEDED_MS`` is above 0 and ``meta["e2e_latency"]`` (seconds)
+    is under it (SGLang's check: ``e2e_latency * 1000 < threshold`` skips the line)."""
+    threshold = log_exceeded_ms(environ)
+    latency = meta.get("e2e_latency")
+    if threshold <= 0 or not isinstance(latency, (int, float)):
+        return True
+    return latency * 1000.0 >= threshold
 
 
 def _cut(value: Any, level: int) -> Any:

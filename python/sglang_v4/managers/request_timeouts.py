@@ -8,6 +8,11 @@ value ``<= 0`` turns a limit off).
   first admission, kept across retractions) ends with an abort: HTTP 503,
   ``"Request running timeout reached."``.
 
+SGLang's earlier names of the two variables, ``SGLANG_QUEUED_TIMEOUT_MS`` and
+``SGLANG_FORWARD_TIMEOUT_MS`` (milliseconds), are still read, as SGLang reads them after the
+rename: converted to seconds, with a deprecation warning (once per name), and only where the new
+name is unset.
+
 Both messages and the 503 status are SGLang's (``Scheduler._poll_timeout_aborts``). The check
 runs at the start of every scheduler step, before the step's batch is formed; an aborted request's
 pages are released as ``/abort_request`` releases them. A request's running clock starts the first
@@ -36,6 +41,7 @@ __all__ = [
     "WAITING_TIMEOUT_ENV",
     "WAITING_TIMEOUT_MSG",
     "abort_timed_out",
+    "limit_seconds",
     "timeout_seconds",
 ]
 
@@ -43,6 +49,11 @@ WAITING_TIMEOUT_ENV = "SGLANG_REQ_WAITING_TIMEOUT"
 RUNNING_TIMEOUT_ENV = "SGLANG_REQ_RUNNING_TIMEOUT"
 WAITING_TIMEOUT_MSG = "Request waiting timeout reached."
 RUNNING_TIMEOUT_MSG = "Request running timeout reached."
+#: SGLang's deprecated names of the two variables (milliseconds), by the current name
+DEPRECATED_MS_ENV = {
+    WAITING_TIMEOUT_ENV: "SGLANG_QUEUED_TIMEOUT_MS",
+    RUNNING_TIMEOUT_ENV: "SGLANG_FORWARD_TIMEOUT_MS",
+}
 
 _warned: set[str] = set()
 
@@ -65,6 +76,23 @@ def timeout_seconds(name: str, environ: Mapping[str, str] | None = None) -> floa
     return value if value > 0 else None
 
 
+def limit_seconds(name: str, environ: Mapping[str, str] | None = None) -> float | None:
+    """The limit in seconds of ``name`` (:data:`WAITING_TIMEOUT_ENV` or
+    :data:`RUNNING_TIMEOUT_ENV`): its own value when set (:func:`timeout_seconds`), else the
+    deprecated milliseconds variable's (:data:`DEPRECATED_MS_ENV`) divided by 1000, with a
+    deprecation warning logged once per name; ``None``: no limit."""
+    env = os.environ if environ is None else environ
+    raw = env.get(name)
+    old = DEPRECATED_MS_ENV.get(name)
+    if (raw is not None and raw.strip()) or old is None or not (env.get(old) or "").strip():
+        return timeout_seconds(name, env)
+    if old not in _warned:
+        _warned.add(old)
+        logger.warning("%s is deprecated; use %s (seconds) instead", old, name)
+    ms = timeout_seconds(old, env)
+    return None if ms is None else ms / 1000.0
+
+
 def abort_timed_out(s: Scheduler, now: float | None = None) -> int:
     """End every request of scheduler ``s`` past its waiting or running limit (module docstring)
     with a 503 abort, its pages released; returns how many were ended.
@@ -74,8 +102,8 @@ def abort_timed_out(s: Scheduler, now: float | None = None) -> int:
         now: the ``time.monotonic()`` reading to judge by (default: now); request arrivals are
             ``time.monotonic()`` readings.
     """
-    waiting_limit = timeout_seconds(WAITING_TIMEOUT_ENV)
-    running_limit = timeout_seconds(RUNNING_TIMEOUT_ENV)
+    waiting_limit = limit_seconds(WAITING_TIMEOUT_ENV)
+    running_limit = limit_seconds(RUNNING_TIMEOUT_ENV)
     if waiting_limit is None and running_limit is None:
         return 0
     t = time.monotonic() if now is None else now

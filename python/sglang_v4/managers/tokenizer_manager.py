@@ -55,7 +55,7 @@ from sglang_v4.managers.io_struct import (  # noqa: F401 - HEALTH_CHECK_RID_PREF
 from sglang_v4.managers.reasoning_tokens import ReasoningTokenCounter, think_end_token_ids
 from sglang_v4.managers.req_state import ReqState
 from sglang_v4.managers.req_time_stats import wall_clock
-from sglang_v4.managers.request_log import finished_line, received_line
+from sglang_v4.managers.request_log import finish_line_due, finished_line, received_line
 from sglang_v4.managers.tokenization import (  # noqa: F401 - re-exported
     TOKENIZE_IN_THREAD_CHARS,
     BackendDiedError,
@@ -379,7 +379,10 @@ class TokenizerManager(
         )
 
     def _log_finished(self, rid: str, state: Any, meta: dict[str, Any], text: str | None) -> None:
-        """``--log-requests``: the line of a finished request (:mod:`.request_log`)."""
+        """``--log-requests``: the line of a finished request (:mod:`.request_log`); none for a
+        request faster than ``SGLANG_LOG_REQUEST_EXCEEDED_MS`` when that is set."""
+        if not finish_line_due(meta):
+            return
         sa = self.server_args
         sp = state.obj.sampling_params if isinstance(state.obj.sampling_params, dict) else None
         line = finished_line(
