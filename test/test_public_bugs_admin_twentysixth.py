@@ -15,6 +15,7 @@ the origin, never ``*``, and says ``Vary: Origin``) and the reports' stated expe
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import sys
 from collections.abc import Iterator
@@ -36,8 +37,10 @@ def _sglang_source(module_path: str) -> Path:
     return Path(spec.origin).parent.joinpath(*module_path.split("/"))
 
 
+@functools.cache
 def _load_sglang_auth() -> Any:
-    """SGLang 0.5.23's ``srt/utils/auth.py`` loaded alone (stdlib imports only at module level)."""
+    """SGLang 0.5.23's ``srt/utils/auth.py`` loaded alone (stdlib imports only at module level),
+    once, when a test first needs it (a test that does is skipped where SGLang is not installed)."""
     name = "sglang_auth_oracle_r26"
     spec = importlib.util.spec_from_file_location(name, _sglang_source("srt/utils/auth.py"))
     assert spec is not None and spec.loader is not None
@@ -46,8 +49,6 @@ def _load_sglang_auth() -> Any:
     spec.loader.exec_module(module)
     return module
 
-
-sglang_auth = _load_sglang_auth()
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -109,6 +110,7 @@ def _sglang_pause_modes() -> set[str]:
 def _sglang_allows(method: str, path: str, authorization: str | None) -> bool:
     """SGLang 0.5.23's decision for a request to ``path`` on a server with ``--api-key
     ADMIN_KEY`` and no admin key (a route's level does not matter then)."""
+    sglang_auth = _load_sglang_auth()
     return sglang_auth.decide_request_auth(
         method=method,
         path=path,

@@ -46,8 +46,8 @@ from typing import Any
 import pytest
 import torch
 from openai_fake_tm import FakeTM, app_client
+from sampling_testutil import sglang_sampling_params
 from scheduler_testutil import drain, make_scheduler, submit
-from sglang.srt.sampling.sampling_params import SamplingParams as SGLangSamplingParams
 from sglang_source_testutil import sglang_function
 from sglang_v4.managers.scheduler import Scheduler
 from sglang_v4.sampling.sampler import filter_probs, sample
@@ -178,11 +178,11 @@ def test_top_k_zero_in_generate_params_is_refused_as_sglang() -> None:
     ``top_k: 0`` is no value (SGLang 0.5.23's ``verify`` refuses it, naming ``top_k``), so it is
     refused rather than silently turned into greedy decoding; -1 and 1 are accepted by both."""
     with pytest.raises(ValueError, match="top_k"):
-        SGLangSamplingParams(top_k=0).verify(1000)
+        sglang_sampling_params(top_k=0).verify(1000)
     with pytest.raises(ValueError, match="top_k"):
         SamplingParams(top_k=0).verify(1000)
     for k in (-1, 1):
-        SGLangSamplingParams(top_k=k).verify(1000)
+        sglang_sampling_params(top_k=k).verify(1000)
         SamplingParams(top_k=k).verify(1000)
     assert not SamplingParams(top_k=-1).is_greedy
 

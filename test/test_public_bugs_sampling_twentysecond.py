@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import torch
 from openai_fake_tm import FakeTM, app_client
-from sglang.srt.sampling.sampling_params import SamplingParams as SGLangSamplingParams
+from sampling_testutil import sglang_sampling_params
 from sglang_v4.sampling.penalties import apply_penalties
 from sglang_v4.sampling.sampler import filter_probs, sample
 from sglang_v4.sampling.sampling_params import SamplingParams
@@ -66,7 +66,7 @@ def test_tgi_2231_top_p_range_is_sglangs(top_p: float) -> None:
     exactly when SGLang 0.5.23's own ``SamplingParams.verify`` accepts it (``(0, 1]``), and a
     refusal names ``top_p``; ``top_p=1.0`` keeps every token (float64 probabilities all > 0)."""
     try:
-        SGLangSamplingParams(top_p=top_p).verify(1000)
+        sglang_sampling_params(top_p=top_p).verify(1000)
         sglang_ok = True
     except ValueError:
         sglang_ok = False
@@ -137,7 +137,7 @@ def test_vllm_16529_out_of_vocab_logit_bias_is_a_400(tok: Any, route: str) -> No
     bad = {"191222": -100, "99999": 5}
     assert 191222 >= vocab > 99999
     with pytest.raises(ValueError, match="logit_bias"):
-        SGLangSamplingParams(logit_bias=bad).verify(vocab)
+        sglang_sampling_params(logit_bias=bad).verify(vocab)
     tm = FakeTM(tok)
     client = app_client(tm)
     body: dict[str, Any] = {"model": "dsv4-test", "max_tokens": 4}

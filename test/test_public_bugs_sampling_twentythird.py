@@ -42,9 +42,9 @@ from typing import Any
 import pytest
 import torch
 from openai_fake_tm import FakeTM, app_client
+from sampling_testutil import sglang_sampling_params
 from scheduler_testutil import drain, make_scheduler, submit
 from server_fixture import FAKE_EOS
-from sglang.srt.sampling.sampling_params import SamplingParams as SGLangSamplingParams
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.sampling.logprobs import top_logprobs
 from sglang_v4.sampling.penalties import apply_penalties
@@ -269,7 +269,7 @@ def test_vllm_16403_repetition_penalty_range_is_sglangs(tok: Any, penalty: float
     ``SamplingParams`` and on the chat route (an OpenAI-shaped 400 naming the field, nothing sent
     to the scheduler), and an accepted one reaches the scheduler unchanged."""
     try:
-        SGLangSamplingParams(repetition_penalty=penalty).verify(1000)
+        sglang_sampling_params(repetition_penalty=penalty).verify(1000)
         sglang_ok = True
     except ValueError:
         sglang_ok = False
@@ -316,7 +316,7 @@ def test_lmdeploy_2370_go_openai_129_logit_bias_keys_must_be_token_ids(
     and the route answers an OpenAI-shaped 400 naming ``logit_bias`` and the bad key (OpenAI's
     "Invalid key in 'logit_bias'") with nothing sent to the scheduler, not a 500 or a crash."""
     with pytest.raises(ValueError):
-        SGLangSamplingParams(logit_bias=bias).verify(len(tok))
+        sglang_sampling_params(logit_bias=bias).verify(len(tok))
     tm = FakeTM(tok)
     body: dict[str, Any] = {"model": "dsv4-test", "max_tokens": 2, "logit_bias": bias}
     if route.endswith("chat/completions"):
