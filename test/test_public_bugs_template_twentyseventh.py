@@ -5,15 +5,17 @@ loops over the parts), OpenAI's ``developer`` role on the DeepSeek-V4 encoding, 
 ``continue_final_message`` (a final message that repeats an earlier one, leading whitespace, thinking
 mode).
 
-Faults found here, both in the ``--chat-template`` path (fixed in
+Faults found here, all in the ``--chat-template`` path (fixed in
 ``sglang_v4.entrypoints.chat_template_messages``): (1) an assistant message's
 ``tool_calls[i].function.arguments`` reached the template as the JSON string OpenAI sends, so a
 template that rebuilds the call from its parameters (``arguments | items``, Qwen3-Coder's and
 Qwen3.8's) failed with a 400 (QwenLM/Qwen3-Coder#444, QwenLM/Qwen3#1894); (2) message content was
 handed over in whatever form the client sent: a list of parts printed as its Python ``repr`` by a
 template that writes ``{{ message.content }}`` (axolotl-ai-cloud/axolotl#3595), and a plain string
-looped over character by character by a template that iterates the parts (vllm-project/vllm#9358).
-SGLang and vLLM prepare the messages for the template in both respects; so does the server now.
+looped over character by character by a template that iterates the parts (vllm-project/vllm#9358),
+and an assistant's ``refusal`` part dropped (CommandCodeAI/command-code#820, whose DeepSeek-V4
+encoding counterpart passed). SGLang and vLLM prepare the messages for the template in these
+respects; so does the server now.
 The DeepSeek-V4 encoding tests passed as they were and are kept as regression tests.
 
 Fixtures: the OpenAI routes in process over ``openai_fake_tm.FakeTM`` (the engine request it
@@ -230,6 +232,29 @@ def test_transformers_36404_continue_final_message_on_a_template(tiny_dir: Path)
     assert prompt == "<user>Say yes</s><assistant>yes</s><user>Again</s><assistant>yes"
 
 
+def test_command_code_820_assistant_parts_reach_a_string_template(tiny_dir: Path) -> None:
+    """CommandCodeAI/command-code#820 (DeepSeek-V4-Flash behind an OpenAI-compatible gateway) and
+    openai/openai-agents-js#1522: an assistant message whose content is a list of parts
+    (``text``, or ``refusal``, both legal in OpenAI's ``ChatCompletionAssistantMessageParam``) was
+    silently blanked. Expected with a string-format template: the earlier answer's text and the
+    refusal's text both reach the prompt -- ``transformers``' rendering of the history with those
+    contents as strings."""
+    msgs = [
+        {"role": "user", "content": "Q1"},
+        {"role": "assistant", "content": [{"type": "text", "text": "A1"}]},
+        {"role": "user", "content": "Q2"},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "I cannot."}]},
+        {"role": "user", "content": "Q3"},
+    ]
+    status, text, ids = _jinja_chat(tiny_dir, STRING_TEMPLATE, {"messages": msgs})
+    assert status == 200, text
+    flat = [
+        dict(m, content="A1") if i == 1 else dict(m, content="I cannot.") if i == 3 else m
+        for i, m in enumerate(msgs)
+    ]
+    assert ids == _hf_ids(tiny_dir, STRING_TEMPLATE, flat, add_generation_prompt=True)
+
+
 # --------------------------------------------------------------------------- DeepSeek-V4 encoding
 
 
@@ -321,3 +346,20 @@ def test_verifiers_179_continue_final_message_in_thinking_mode(hf: Any) -> None:
         hf, {"messages": msgs, "continue_final_message": True, "chat_template_kwargs": {"thinking": True}}
     )
     assert got == f"{B}{U}Tell me a story.{A}<think>A short one.</think>Once upon"
+
+
+def test_command_code_820_assistant_parts_are_kept_on_the_v4_encoding(hf: Any) -> None:
+    """CommandCodeAI/command-code#820: on DeepSeek-V4-Flash an assistant message given as
+    ``[{"type": "text", ...}]`` was blanked (HTTP 200, the turn's text lost), and
+    openai/openai-agents-js#1522 lost a refusal-only assistant turn. Expected on the V4 encoding:
+    the earlier answer's text and the refusal's text each stand in their assistant turn, closed by
+    EOS (V4's format)."""
+    msgs = [
+        {"role": "user", "content": "Q1"},
+        {"role": "assistant", "content": [{"type": "text", "text": "A1"}]},
+        {"role": "user", "content": "Q2"},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "I cannot."}]},
+        {"role": "user", "content": "Q3"},
+    ]
+    got = _v4_prompt(hf, {"messages": msgs})
+    assert got == f"{B}{U}Q1{A}</think>A1{E}{U}Q2{A}</think>I cannot.{E}{U}Q3{A}</think>"

@@ -9,9 +9,10 @@ bridge both before rendering:
   loops over the parts (``{% for part in message.content %}``, the *openai* format: Llama 4,
   GLM-4V...) would loop over a plain string's characters. :func:`detect_content_format` reads the
   template's Jinja syntax tree for such a loop (SGLang's and vLLM's detection), and
-  :func:`messages_for_template` turns every message's content into that format: the text parts of
-  a list joined by one space for a string-format template (SGLang's join), a plain string wrapped
-  in one text part for an openai-format one (vLLM's).
+  :func:`messages_for_template` turns every message's content into that format: the text (and
+  refusal) parts of a list joined by one space for a string-format template (SGLang's join), a
+  plain string wrapped in one text part for an openai-format one (vLLM's), a refusal part read as
+  a text part there.
 * **tool-call arguments**. OpenAI sends an assistant message's ``tool_calls[i].function.arguments``
   as a JSON *string*; templates that rebuild the call from its parameters (Qwen3-Coder, GLM-4.5,
   ``arguments | items``) need a mapping. An argument string that decodes to a JSON object is handed
@@ -65,13 +66,31 @@ def detect_content_format(template: str) -> ContentFormat:
     return "string"
 
 
+def _part_text(part: Any) -> str | None:
+    """The text of one content part: a text part's ``text``, a ``refusal`` part's refusal (vLLM
+    reads it as text, as the DeepSeek-V4 encoding does); ``None`` for any other part."""
+    if not isinstance(part, Mapping):
+        return None
+    key = "refusal" if part.get("type") == "refusal" else "text"
+    value = part.get(key)
+    return value if isinstance(value, str) else None
+
+
 def _content_for(content: Any, content_format: ContentFormat) -> Any:
     """``content`` (a string, a list of parts or ``None``) in ``content_format``."""
     if content_format == "openai":
-        return [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if isinstance(content, str):
+            return [{"type": "text", "text": content}]
+        if isinstance(content, list):
+            return [
+                {"type": "text", "text": _part_text(p)}
+                if isinstance(p, Mapping) and p.get("type") == "refusal" and _part_text(p) is not None
+                else p
+                for p in content
+            ]
+        return content
     if isinstance(content, list):
-        texts = [p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
-        return " ".join(texts)
+        return " ".join(t for t in map(_part_text, content) if t is not None)
     return content
 
 
