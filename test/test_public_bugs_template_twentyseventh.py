@@ -13,8 +13,9 @@ Qwen3.8's) failed with a 400 (QwenLM/Qwen3-Coder#444, QwenLM/Qwen3#1894); (2) me
 handed over in whatever form the client sent: a list of parts printed as its Python ``repr`` by a
 template that writes ``{{ message.content }}`` (axolotl-ai-cloud/axolotl#3595), and a plain string
 looped over character by character by a template that iterates the parts (vllm-project/vllm#9358),
-and an assistant's ``refusal`` part dropped (CommandCodeAI/command-code#820, whose DeepSeek-V4
-encoding counterpart passed). SGLang and vLLM prepare the messages for the template in these
+an assistant's ``refusal`` part dropped (CommandCodeAI/command-code#820, whose DeepSeek-V4
+encoding counterpart passed), and a tool-call turn's ``null`` or absent content left undefined, so
+a template concatenating it failed (huggingface/speech-to-speech#414). SGLang and vLLM prepare the messages for the template in these
 respects; so does the server now.
 The DeepSeek-V4 encoding tests passed as they were and are kept as regression tests.
 
@@ -253,6 +254,40 @@ def test_command_code_820_assistant_parts_reach_a_string_template(tiny_dir: Path
         for i, m in enumerate(msgs)
     ]
     assert ids == _hf_ids(tiny_dir, STRING_TEMPLATE, flat, add_generation_prompt=True)
+
+
+@pytest.mark.parametrize("content", ["null", "absent"])
+def test_speech_to_speech_414_tool_call_turn_without_content(tiny_dir: Path, content: str) -> None:
+    """huggingface/speech-to-speech#414, Blaizzy/mlx-vlm#1864 (#1785) and vllm-project/vllm#54368:
+    an assistant turn of tool calls only (``content: null``, or no ``content`` key) reached the
+    template without a string content, and a template concatenating ``message['content']``
+    failed ("'dict object' has no attribute 'content'"), so the follow-up after the tool result
+    was never generated. Expected (the fixes: empty-string content): 200, and the prompt is
+    ``transformers``' rendering of the history with ``content: ""`` on that turn."""
+    tpl = "{% for m in messages %}<{{ m.role }}>{{ m['content'] + '|' }}{% endfor %}<assistant>"
+    call = {
+        "role": "assistant",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}],
+    }
+    if content == "null":
+        call["content"] = None
+    msgs = [
+        {"role": "user", "content": "Weather?"},
+        call,
+        {"role": "tool", "tool_call_id": "c1", "content": "18C"},
+    ]
+    status, text, ids = _jinja_chat(tiny_dir, tpl, {"messages": msgs, "tools": TOOLS})
+    assert status == 200, text
+    want = [
+        msgs[0],
+        {
+            **call,
+            "content": "",
+            "tool_calls": [{**call["tool_calls"][0], "function": {"name": "lookup", "arguments": {}}}],
+        },
+        msgs[2],
+    ]
+    assert ids == _hf_ids(tiny_dir, tpl, want, tools=TOOLS)
 
 
 # --------------------------------------------------------------------------- DeepSeek-V4 encoding

@@ -12,7 +12,9 @@ bridge both before rendering:
   :func:`messages_for_template` turns every message's content into that format: the text (and
   refusal) parts of a list joined by one space for a string-format template (SGLang's join), a
   plain string wrapped in one text part for an openai-format one (vLLM's), a refusal part read as
-  a text part there.
+  a text part there. A ``null`` or absent content (an assistant turn of tool calls only) is empty
+  content, ``""`` or ``[]``, never missing: templates concatenate ``message.content`` to the
+  turn's opening (Qwen3's), which fails on an undefined value (vLLM's normalization).
 * **tool-call arguments**. OpenAI sends an assistant message's ``tool_calls[i].function.arguments``
   as a JSON *string*; templates that rebuild the call from its parameters (Qwen3-Coder, GLM-4.5,
   ``arguments | items``) need a mapping. An argument string that decodes to a JSON object is handed
@@ -77,7 +79,10 @@ def _part_text(part: Any) -> str | None:
 
 
 def _content_for(content: Any, content_format: ContentFormat) -> Any:
-    """``content`` (a string, a list of parts or ``None``) in ``content_format``."""
+    """``content`` (a string, a list of parts or ``None``) in ``content_format``; ``None`` (an
+    assistant tool-call turn's ``null`` or absent content) is empty content, ``""`` or ``[]``."""
+    if content is None:
+        return [] if content_format == "openai" else ""
     if content_format == "openai":
         if isinstance(content, str):
             return [{"type": "text", "text": content}]
@@ -115,13 +120,12 @@ def messages_for_template(
     messages: Sequence[Mapping[str, Any]], content_format: ContentFormat
 ) -> list[dict[str, Any]]:
     """Copies of the chat ``messages`` (dicts as the request model dumps them) with each
-    ``content`` in ``content_format`` and each ``tool_calls[i].function.arguments`` that is a JSON
+    ``content`` in ``content_format`` (empty when ``null`` or absent) and each ``tool_calls[i].function.arguments`` that is a JSON
     object string decoded into a dict; the request's own dicts are not changed."""
     out: list[dict[str, Any]] = []
     for m in messages:
         msg = dict(m)
-        if "content" in msg:
-            msg["content"] = _content_for(msg["content"], content_format)
+        msg["content"] = _content_for(msg.get("content"), content_format)
         if isinstance(msg.get("tool_calls"), list):
             msg["tool_calls"] = [_decoded_arguments(c) for c in msg["tool_calls"]]
         out.append(msg)
