@@ -20,6 +20,9 @@ Refused with a message naming ``chat_template``: a path that does not exist, a J
 conversation-template format, which sglang-v4 does not implement: its text would otherwise be
 rendered as the prompt), a template Jinja cannot compile, a name the tokenizer does not have
 (SGLang's built-in conversation template names, ``chatml`` and the like, are not served).
+
+The messages a template renders are prepared as SGLang and vLLM prepare them (content in the
+template's format, tool-call arguments as mappings): :mod:`sglang_v4.entrypoints.chat_template_messages`.
 """
 
 from __future__ import annotations

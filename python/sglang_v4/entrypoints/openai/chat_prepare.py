@@ -45,6 +45,11 @@ from sglang_v4.entrypoints.chat_encoding import (
     render_messages,
     validate_tools,
 )
+from sglang_v4.entrypoints.chat_template_messages import (
+    ContentFormat,
+    detect_content_format,
+    messages_for_template,
+)
 from sglang_v4.entrypoints.openai.dsml_markup import DsmlAnswerReader
 from sglang_v4.entrypoints.openai.dsml_withheld import DsmlWithheld
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
@@ -349,6 +354,8 @@ class ChatPrepareMixin(OpenAIServingBase):
     :class:`~.serving_chat.ChatMixin`)."""
 
     chat_template: str | None = None
+    #: how ``chat_template`` reads a message's content (``chat_template_messages``)
+    chat_template_content_format: ContentFormat = "string"
     _hf_tokenizer: Any = None
     #: the served checkpoint's reasoning-effort profile (:func:`detect_reasoning_effort_profile`)
     reasoning_effort_profile: str = "preview"
@@ -376,6 +383,7 @@ class ChatPrepareMixin(OpenAIServingBase):
 
         tok_dir = getattr(self.args, "tokenizer_path", None) or getattr(self.args, "model_path", None)
         self.chat_template = resolve_chat_template(path, tok_dir)
+        self.chat_template_content_format = detect_content_format(self.chat_template)
         self._hf_tokenizer = load_template_renderer(tok_dir)
 
     def _plan_chat(self, req: ChatCompletionRequest) -> ChatPlan:
@@ -525,6 +533,9 @@ class ChatPrepareMixin(OpenAIServingBase):
             kwargs.setdefault("enable_thinking", thinking)  # the switch's other name, as the parser reads it
             if req.reasoning_effort is not None:
                 kwargs.setdefault("reasoning_effort", req.reasoning_effort)
+            # content in the template's format, tool-call arguments as mappings (SGLang's and vLLM's
+            # preparation of the messages for a Jinja template)
+            msgs = messages_for_template(msgs, self.chat_template_content_format)
             try:
                 prompt = self._hf_tokenizer.apply_chat_template(
                     msgs,
