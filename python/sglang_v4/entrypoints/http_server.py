@@ -129,6 +129,9 @@ CRASH_EXIT_DELAY_S = float(os.environ.get("SGLANG_V4_CRASH_EXIT_DELAY", "2.0"))
 #: Seconds uvicorn waits, once the drain is over, for the open connections' handlers to end
 #: (uvicorn's ``timeout_graceful_shutdown``) and the stop waits for batches still running.
 STOP_GRACE_S = 1.0
+#: Seconds between the checks for a dead child process or a crashed backend (a ``waitpid`` each;
+#: /health turns 503 at most this long after a child died).
+CHILD_CHECK_INTERVAL_S = 0.1
 
 
 @dataclass
@@ -191,7 +194,7 @@ def create_app(
 
     async def watch_children() -> None:
         while True:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(CHILD_CHECK_INTERVAL_S)
             tm = state.tokenizer_manager
             if tm is not None and tm.crashed is not None:
                 crash(tm.crashed)
