@@ -85,7 +85,7 @@ from sglang_v4.entrypoints.control_api import create_control_router
 from sglang_v4.entrypoints.dp_rank_header import DP_RANK_HEADER, header_overrides_body_pins
 from sglang_v4.entrypoints.head_requests import HeadAsGetMiddleware
 from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
-from sglang_v4.entrypoints.launcher import Subprocesses
+from sglang_v4.entrypoints.launcher import CHILD_CHECK_INTERVAL_S, Subprocesses
 from sglang_v4.entrypoints.lifecycle import StopSignal
 from sglang_v4.entrypoints.loads_api import create_loads_router
 from sglang_v4.entrypoints.metrics import SCRAPE_TIMEOUT_HEADER, TokenizerMetrics, gauge_refresh_timeout
@@ -129,9 +129,6 @@ CRASH_EXIT_DELAY_S = float(os.environ.get("SGLANG_V4_CRASH_EXIT_DELAY", "2.0"))
 #: Seconds uvicorn waits, once the drain is over, for the open connections' handlers to end
 #: (uvicorn's ``timeout_graceful_shutdown``) and the stop waits for batches still running.
 STOP_GRACE_S = 1.0
-#: Seconds between the checks for a dead child process or a crashed backend (a ``waitpid`` each;
-#: /health turns 503 at most this long after a child died).
-CHILD_CHECK_INTERVAL_S = 0.1
 
 
 @dataclass
