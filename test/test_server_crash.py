@@ -130,7 +130,7 @@ def test_sigterm_during_a_stream_exits_promptly(tmp_path: Path):
 
 
 #: Seconds within which an in-flight request must see the error after a kill (the children are
-#: polled every 0.5 s; the rest is slack for a loaded 2-core machine).
+#: polled every 0.1 s; the rest is slack for a loaded 2-core machine).
 ERROR_WITHIN_S = 10.0
 
 

@@ -95,3 +95,28 @@ def test_route_modules_imported_while_loading_include_the_anthropic_router() -> 
         "print(json.dumps({n: n in sys.modules for n in names}))\n"
     )
     assert got == {"sglang_v4.entrypoints.anthropic.api": True, "sglang_v4.entrypoints.openai.api": True}
+
+
+def test_scheduler_process_module_leaves_torch_to_the_scheduler_class() -> None:
+    """The prewarmed scheduler child imports ``managers.scheduler_process`` (and the scheduler
+    class it names) before its job: the module itself imports no torch (the profiler imports it
+    when a profile starts), so a scheduler class without a torch model starts without torch. A
+    profile started then still records the step range: the Chrome trace (read with ``gzip`` and
+    ``json``) holds a ``scheduler_step`` event."""
+    got = _fresh(
+        "import gzip, json, os, sys, tempfile\n"
+        "import sglang_v4.managers.scheduler_process  # noqa: F401\n"
+        "from sglang_v4.managers.control_struct import ProfileReq\n"
+        "from sglang_v4.managers.scheduler_profiler import SchedulerProfiler\n"
+        "before = 'torch' in sys.modules\n"
+        "out = tempfile.mkdtemp()\n"
+        "p = SchedulerProfiler()\n"
+        "started, _ = p.start(ProfileReq(output_dir=out, profile_id='t', activities=['CPU']))\n"
+        "with p.step_range():\n"
+        "    sum(range(1000))\n"
+        "stopped, _ = p.stop()\n"
+        "events = json.load(gzip.open(os.path.join(out, 't-TP-0.trace.json.gz')))['traceEvents']\n"
+        "step = any(e.get('name') == 'scheduler_step' for e in events)\n"
+        "print(json.dumps({'torch': before, 'started': started, 'stopped': stopped, 'step': step}))\n"
+    )
+    assert got == {"torch": False, "started": True, "stopped": True, "step": True}

@@ -174,7 +174,7 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
             if time.monotonic() > deadline:
                 logger.error("DP replicas %s not healthy after %.0f s", sorted(pending), READY_TIMEOUT_S)
                 return 1
-            time.sleep(0.5)
+            time.sleep(_POLL_S)
         from sglang_v4.entrypoints.dp_gateway import run_gateway
         from sglang_v4.entrypoints.tp_launch import free_port
 
@@ -187,7 +187,7 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
                 return 1
             if stop["signal"] is not None:
                 return 0
-            time.sleep(0.3)
+            time.sleep(_POLL_S)
         gateway = ctx.Process(
             target=run_gateway,
             args=(sa.host, sa.port, router_url, urls, sa.log_level),
@@ -204,7 +204,7 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
                     return 0
                 logger.error("the DP gateway exited with code %s during start-up", gateway.exitcode)
                 return 1
-            time.sleep(0.3)
+            time.sleep(_POLL_S)
         logger.info(
             "Serving on http://%s:%d: sglang-router (policy %s) on %s over %d replicas %s",
             sa.host,
@@ -215,7 +215,7 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
             urls,
         )
         while stop["signal"] is None:
-            time.sleep(0.5)
+            time.sleep(_POLL_S)
             # A terminal's Ctrl+C (or `kill -- -PGID`) reaches the gateway and the replicas too:
             # they exit at the same moment, which is the stop, not a failure.
             if stop["signal"] is not None:
@@ -233,6 +233,10 @@ def launch_data_parallel(server_args: ServerArgs) -> int:
 
 #: Seconds to wait, on finding a child exited, for the signal that may have stopped the group.
 _SIGNAL_GRACE_S = 0.2
+#: Seconds between the launcher's checks: replica, router and gateway health during start-up (a
+#: refused ``/health`` costs about a millisecond), then exited children and a stop signal while
+#: serving (a signal does not cut ``time.sleep`` short, so this bounds how late the stop begins).
+_POLL_S = 0.1
 
 
 def start_router(cmd: list[str]) -> subprocess.Popen[bytes]:

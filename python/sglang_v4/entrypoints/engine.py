@@ -37,6 +37,7 @@ from sglang_v4.entrypoints.engine_score_mixin import EngineScoreMixin
 from sglang_v4.entrypoints.engine_sglang_methods import EngineSGLangMethodsMixin
 from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
 from sglang_v4.entrypoints.launcher import (
+    CHILD_CHECK_INTERVAL_S,
     MAKE_CHECKPOINT_HINT,
     SCHEDULER_READY_TIMEOUT_S,
     Subprocesses,
@@ -209,7 +210,7 @@ class Engine(EngineControlMixin, EngineScoreMixin, EngineSGLangMethodsMixin):
         return tm
 
     def _watch_children(self) -> None:
-        while not self._stop_watch.wait(0.5):
+        while not self._stop_watch.wait(CHILD_CHECK_INTERVAL_S):
             dead = self._procs.dead_process()
             if dead is not None and not self._closed:
                 logger.error("Engine backend died: %s", dead)

@@ -85,7 +85,7 @@ from sglang_v4.entrypoints.control_api import create_control_router
 from sglang_v4.entrypoints.dp_rank_header import DP_RANK_HEADER, header_overrides_body_pins
 from sglang_v4.entrypoints.head_requests import HeadAsGetMiddleware
 from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
-from sglang_v4.entrypoints.launcher import Subprocesses
+from sglang_v4.entrypoints.launcher import CHILD_CHECK_INTERVAL_S, Subprocesses
 from sglang_v4.entrypoints.lifecycle import StopSignal
 from sglang_v4.entrypoints.loads_api import create_loads_router
 from sglang_v4.entrypoints.metrics import SCRAPE_TIMEOUT_HEADER, TokenizerMetrics, gauge_refresh_timeout
@@ -192,7 +192,7 @@ def create_app(
 
     async def watch_children() -> None:
         while True:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(CHILD_CHECK_INTERVAL_S)
             tm = state.tokenizer_manager
             if tm is not None and tm.crashed is not None:
                 crash(tm.crashed)

@@ -38,6 +38,9 @@ SCHEDULER_READY_TIMEOUT_S = float(os.environ.get("SGLANG_V4_READY_TIMEOUT", "900
 #: Seconds the children have to exit after SIGTERM at a stop (together), before SIGKILL. They
 #: exit at once when idle; the scheduler finishes the step it is in first.
 CHILD_STOP_TIMEOUT_S = 2.0
+#: Seconds between a server's or Engine's checks for a dead child process or a crashed backend (a
+#: ``waitpid`` each): /health turns 503 and in-flight calls fail at most this long after a child died.
+CHILD_CHECK_INTERVAL_S = 0.1
 #: The scheduler process's function (``module:function``, imported in that process only).
 RUN_SCHEDULER = "sglang_v4.managers.scheduler_process:run_scheduler_process"
 

@@ -6,6 +6,8 @@
 and writes a Chrome trace, gzip-compressed, named as SGLang names it:
 ``<output_dir>/<profile_id>-TP-0.trace.json.gz`` (``json.load(gzip.open(path))`` reads it;
 Perfetto and ``chrome://tracing`` open it). Only rank 0 (the scheduler process) is profiled.
+torch is imported when a profile starts, not with this module, so that the scheduler process of a
+scheduler class without a torch model (``SGLANG_V4_SCHEDULER_CLASS``) starts without it.
 """
 
 from __future__ import annotations
@@ -15,14 +17,13 @@ import logging
 import os
 from typing import Any
 
-import torch
-
 from sglang_v4.managers.control_struct import ProfileReq
 
 logger = logging.getLogger(__name__)
 
-#: ``activities`` names (SGLang's) and the torch activities they turn on.
-ACTIVITIES = {"CPU": torch.profiler.ProfilerActivity.CPU, "GPU": torch.profiler.ProfilerActivity.CUDA}
+#: ``activities`` names (SGLang's) and the names of the ``torch.profiler.ProfilerActivity`` members
+#: they turn on.
+ACTIVITIES = {"CPU": "CPU", "GPU": "CUDA"}
 
 
 def trace_path(output_dir: str, profile_id: str) -> str:
@@ -53,7 +54,9 @@ class SchedulerProfiler:
             os.makedirs(req.output_dir, exist_ok=True)
         except OSError as e:
             return False, f"output_dir: cannot create {req.output_dir!r}: {e.strerror or e}"
-        acts = [ACTIVITIES[a] for a in (req.activities or ["CPU"])]
+        import torch.profiler
+
+        acts = [getattr(torch.profiler.ProfilerActivity, ACTIVITIES[a]) for a in (req.activities or ["CPU"])]
         prof = torch.profiler.profile(
             activities=acts, with_stack=req.with_stack, record_shapes=req.record_shapes
         )
@@ -71,6 +74,8 @@ class SchedulerProfiler:
         """The context of one scheduler step: a named range while profiling, else nothing."""
         if self.profiler is None:
             return contextlib.nullcontext()
+        import torch.profiler
+
         return torch.profiler.record_function("scheduler_step")
 
     def after_step(self) -> None:
