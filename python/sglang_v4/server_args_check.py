@@ -319,12 +319,14 @@ def check_server_args(args: ServerArgs) -> None:
         json_object_flag,
         parse_preferred_sampling_params,
     )
+    from sglang_v4.entrypoints.openai.template_kwargs import check_template_kwargs
     from sglang_v4.entrypoints.openai.thinking_switch import normalize_thinking_switches
 
     args.default_chat_template_kwargs = normalize_thinking_switches(
         json_object_flag("default_chat_template_kwargs", args.default_chat_template_kwargs),
         "default_chat_template_kwargs",
     )
+    check_template_kwargs(args.default_chat_template_kwargs, "default_chat_template_kwargs")
     fsp = args.file_storage_path
     if fsp is not None and (
         not isinstance(fsp, str) or not fsp or (os.path.exists(fsp) and not os.path.isdir(fsp))

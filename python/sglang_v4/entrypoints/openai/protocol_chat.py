@@ -31,6 +31,7 @@ from sglang_v4.entrypoints.openai.protocol_base import (
     _SamplingExtras,
 )
 from sglang_v4.entrypoints.openai.protocol_vllm import PromptLogprob, VllmChatFields
+from sglang_v4.entrypoints.openai.template_kwargs import check_template_kwargs
 
 __all__ = [
     "ChatMessageParam",
@@ -258,11 +259,14 @@ class ChatCompletionRequest(_SamplingExtras, VllmChatFields):
     @classmethod
     def _prompt_switch_kwargs_are_booleans(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         """Refuse a :data:`PROMPT_SWITCH_KWARGS` key of ``chat_template_kwargs`` that is neither a
-        boolean nor ``null`` (ValueError naming ``chat_template_kwargs.KEY``)."""
+        boolean nor ``null``, and a key naming the renderer's own arguments (``tools``,
+        ``chat_template``...: :mod:`~sglang_v4.entrypoints.openai.template_kwargs`); a ValueError
+        naming ``chat_template_kwargs.KEY``."""
         for key in PROMPT_SWITCH_KWARGS:
             value = (v or {}).get(key)
             if value is not None and not isinstance(value, bool):
                 raise ValueError(f"chat_template_kwargs.{key} must be a boolean, got {value!r}")
+        check_template_kwargs(v, "chat_template_kwargs")
         return v
 
     @model_validator(mode="after")
