@@ -427,6 +427,9 @@ class ChatCompletionResponse(_OmitNoneIds):
     #: the tier that served the request when it set ``service_tier`` (:mod:`.service_tier`), left
     #: out otherwise
     service_tier: str | None = None
+    #: OpenAI's backend-configuration fingerprint: always present, ``null`` (no fingerprint is
+    #: kept), so that clients whose decoders require the key can read the object
+    system_fingerprint: str | None = None
     prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
     prompt_token_ids: list[int] | None = None
 
@@ -471,4 +474,6 @@ class ChatCompletionStreamResponse(_OmitNoneIds):
     usage: UsageInfo | None = None
     #: as on the non-streamed response: on every chunk when the request set ``service_tier``
     service_tier: str | None = None
+    #: as on the non-streamed response: present on every chunk, ``null``
+    system_fingerprint: str | None = None
     prompt_token_ids: list[int] | None = None

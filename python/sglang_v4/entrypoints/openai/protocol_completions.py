@@ -106,6 +106,8 @@ class CompletionResponse(BaseModel):
     model: str
     choices: list[CompletionResponseChoice]
     usage: UsageInfo
+    #: OpenAI's backend-configuration fingerprint: always present, ``null`` (none is kept)
+    system_fingerprint: str | None = None
 
 
 class CompletionResponseStreamChoice(_OmitNoneIds):
@@ -133,3 +135,5 @@ class CompletionStreamResponse(BaseModel):
     model: str
     choices: list[CompletionResponseStreamChoice]
     usage: UsageInfo | None = None
+    #: as on the non-streamed response: present on every chunk, ``null``
+    system_fingerprint: str | None = None
