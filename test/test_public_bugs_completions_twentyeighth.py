@@ -1,14 +1,17 @@
 """A twenty-eighth set of public bug reports, replayed against the legacy ``POST /v1/completions``
-route: prompts given as token ids (one array, an array of arrays, with ``n``), token ids outside
+route: stop strings never streamed in part (whole and streamed answers equal), prompts given as
+token ids (one array, an array of arrays, with ``n``), token ids outside
 the vocabulary and array members that are not integers, ``logit_bias`` keyed by words, a streamed
 ``echo`` with ``logprobs`` covering the prompt's tokens, and the default of an omitted
 ``max_tokens`` against an explicit ``null``.
 
 Every report passed as it was; the tests are regression guards.
 
-Fixture: the route in process over ``openai_fake_tm.FakeTM`` (a fixed reply, one token per
+Fixtures: the route in process over ``openai_fake_tm.FakeTM`` (a fixed reply, one token per
 streamed output; the engine requests it receives are kept, so a refusal is seen to reach no
-engine and an accepted request's ids and sampling parameters can be read).
+engine and an accepted request's ids and sampling parameters can be read), and conftest's
+session ``plain_fake_server`` (``server_fixture.FakeScheduler`` behind the real tokenizer manager,
+detokenizer and stop checker, writing ``FAKE_TEXT``'s tokens) for the stop strings.
 Oracles: the DeepSeek-V4 tokenizer loaded by ``transformers`` on its own (``tok``: ids, each id's
 own text, vocabulary size), the ``openai`` client's types and errors, and the OpenAI API
 reference for the legacy completions (``prompt`` as a string, strings, an array of token ids or
@@ -24,6 +27,8 @@ import openai
 import pytest
 from openai.types import Completion
 from openai_fake_tm import FakeTM, app_client, oai_client, sse_data_events
+from public_bugs_testutil import post, sse
+from server_fixture import FAKE_TEXT, ServerHandle, fake_output_text
 
 MODEL = "dsv4-test"
 COMPLETIONS = "/v1/completions"
@@ -39,6 +44,55 @@ def _refused(tm: FakeTM, body: dict[str, Any], param: str) -> str:
     assert err["param"] == param, err
     assert tm.received == []
     return err["message"]
+
+
+# --------------------------------------------------------------------------- stop strings
+
+
+@pytest.mark.parametrize(
+    ("stop", "include"),
+    [("lazy dog", False), (" jumps over", True), ("好，世", False), ("lazy cat", False)],
+    ids=["two-tokens", "included", "cjk", "never-matched"],
+)
+def test_fastchat_3883_stream_never_sends_part_of_a_stop_string(
+    plain_fake_server: ServerHandle, tok: Any, stop: str, include: bool
+) -> None:
+    """lm-sys/FastChat#3883, lm-sys/FastChat#1048 and lm-sys/FastChat#1392 (a stream sent a growing
+    part of a stop string, ``Obs`` of ``Observation:``, before the whole string matched, so the
+    streamed text held what the unstreamed answer cut). Expected (OpenAI's reference: the
+    returned text does not contain the stop sequence): the text is ``FAKE_TEXT``'s decode cut
+    where the stop string starts (kept with ``include_stop_str_in_output``), ``finish_reason``
+    ``stop``; streamed, the chunks join to exactly that text and no chunk reaches past it; the
+    usage of both counts the same completion tokens. A string that never completes (``lazy
+    cat``: its first word does occur) holds nothing back for good: the whole text, ``length``."""
+    n = len(tok.encode(FAKE_TEXT))
+    full = fake_output_text(tok, n)
+    at = full.find(stop)
+    want = full if at < 0 else full[: at + (len(stop) if include else 0)]
+    body = {
+        "model": "qa-model",
+        "prompt": "Hi",
+        "max_tokens": n,
+        "stop": [stop],
+        "include_stop_str_in_output": include,
+    }
+    r = post(plain_fake_server, COMPLETIONS, body)
+    assert r.status_code == 200, r.text
+    whole = Completion.model_validate(r.json())
+    assert whole.choices[0].text == want
+    assert whole.choices[0].finish_reason == ("length" if at < 0 else "stop")
+    events = sse(
+        plain_fake_server, COMPLETIONS, {**body, "stream": True, "stream_options": {"include_usage": True}}
+    )
+    sent = ""
+    for e in events[:-1]:
+        sent += e["choices"][0]["text"]
+        assert want.startswith(sent), (sent, want)
+    assert sent == want
+    assert events[-1]["choices"] == []
+    assert (
+        whole.usage is not None and events[-1]["usage"]["completion_tokens"] == whole.usage.completion_tokens
+    )
 
 
 # --------------------------------------------------------------------------- token-id prompts
