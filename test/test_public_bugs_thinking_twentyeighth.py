@@ -2,8 +2,9 @@
 ``POST /v1/chat/completions`` and ``POST /v1/messages``: the reasoning split kept when
 ``tool_choice`` forces a tool call, a thinking-mode tool call that wrote no reasoning, the
 ``completion_tokens_details.reasoning_tokens`` usage of a reasoned answer (streamed and not),
-the reasoning of an earlier tool-call turn (present or empty) passed back in the prompt, and a
-Messages thinking block followed by a ``tool_use`` block.
+the reasoning of an earlier tool-call turn (present or empty) passed back in the prompt, a
+Messages thinking block followed by a ``tool_use`` block, and a reply whose ``<think>`` the prompt
+opened, streamed with ``</think>`` inside a chunk.
 
 Every report passed as-is; the tests are regression guards.
 
@@ -20,7 +21,8 @@ import json
 from typing import Any
 
 import pytest
-from openai_fake_tm import FakeTM, sse_data_events
+from chat_tools_testutil import ChunkTM
+from openai_fake_tm import FakeTM, app_client, sse_data_events
 from transformers import PreTrainedTokenizerFast
 
 pytest.importorskip("deepseek_recipe")
@@ -273,3 +275,44 @@ def test_messages_thinking_then_tool_use_blocks(tok: PreTrainedTokenizerFast) ->
     )
     got = tm.tokenizer.decode(tm.received[-1].input_ids)
     assert got == recipe_messages_prompt({"messages": history, "tools": [tool], **low}, thinking=True)
+
+
+# --------------------------------------------------------------------------- prefilled <think>
+
+
+@pytest.mark.parametrize("per_chunk", [1, 3, 7])
+def test_localai_11790_prefilled_think_tag_splits_the_reply(
+    tok: PreTrainedTokenizerFast, per_chunk: int
+) -> None:
+    """mudler/LocalAI#11790 (the chat template puts the opening ``<think>`` in the prompt, so
+    the model writes only the reasoning and the closing ``</think>``; a parser keyed on the
+    opening tag returned everything, ``</think>`` included, as ``content``) and
+    nbramia/LifeOS#568 (a closing-only ``</think>`` split across stream chunks leaked the
+    reasoning and a stray tag into the answer; also modelscope/ms-swift#9881: reasoning-only
+    chunks carry no answer text): the thinking prompt ends with ``<think>`` as DeepSeek's own
+    encoder renders it; the reply, streamed one, three or seven tokens a chunk so that
+    ``</think>`` falls inside a chunk, comes back as ``reasoning_content`` equal to the thought
+    and ``content`` equal to the answer, with no ``</think>`` in either, and no chunk carries
+    answer text before the reasoning ends. Oracle: ``deepseek-recipe``'s encoder and response
+    parser on the same text; the ``openai`` client's chunk type."""
+    answer = "Take an umbrella."
+    reply = THOUGHT + THINK_END + answer
+    expected = recipe_message({"messages": ASK}, reply, thinking=True)
+    assert (expected["reasoning_content"], expected["content"]) == (THOUGHT, answer)
+    tm = ChunkTM(tok, reply=reply, per_chunk=per_chunk)
+    r = app_client(tm).post(  # type: ignore[arg-type]
+        "/v1/chat/completions",
+        json={"model": "dsv4-test", "messages": ASK, **THINK_ON, "max_tokens": 200, "stream": True},
+    )
+    assert r.status_code == 200, r.text
+    assert tok.decode(tm.received[-1].input_ids) == recipe_prompt({"messages": ASK}, thinking=True)
+    assert tok.decode(tm.received[-1].input_ids).endswith("<think>")
+    chunks = _chunks(r)
+    reasoning, content, calls = _streamed(chunks)
+    assert (reasoning, content, calls) == (THOUGHT, answer, {})
+    seen_content = False
+    for c in chunks:
+        for ch in c.choices:
+            if ch.delta.content:
+                seen_content = True
+            assert not (seen_content and reasoning_of(ch.delta)), "reasoning after the answer began"
