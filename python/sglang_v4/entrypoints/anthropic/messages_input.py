@@ -47,6 +47,7 @@
   ``omitted`` returns the thinking block with empty ``thinking`` and its ``signature`` only.
 * ``output_config.effort`` is the chat route's ``reasoning_effort``; ``output_config.format``
   (``{"type": "json_schema", "schema": ...}``) its ``response_format`` (a grammar on the answer).
+* ``service_tier`` must be one of ``auto`` / ``standard_only`` (another value is a 400).
 * ``stop_sequences`` are ``stop``, ``metadata.user_id`` is ``user``; ``max_tokens`` is the chat
   route's (``0``, Anthropic's cache pre-warm call, prefills the prompt and generates nothing).
 
@@ -63,7 +64,11 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sglang_v4.entrypoints.anthropic.protocol import CountTokensRequest, MessagesRequest
+from sglang_v4.entrypoints.anthropic.protocol import (
+    MESSAGES_SERVICE_TIERS,
+    CountTokensRequest,
+    MessagesRequest,
+)
 from sglang_v4.entrypoints.openai.serving_base import RequestError
 
 __all__ = [
@@ -568,6 +573,11 @@ def chat_request_data(req: MessagesRequest | CountTokensRequest) -> dict[str, An
         # one is refused by the chat path's stop check, renamed to this field
         if any(isinstance(s, str) and s and not s.strip() for s in req.stop_sequences or ()):
             raise _error("stop_sequences", "each stop sequence must contain non-whitespace")
+        if req.service_tier is not None and req.service_tier not in MESSAGES_SERVICE_TIERS:
+            raise _error(
+                "service_tier",
+                f"must be one of {', '.join(MESSAGES_SERVICE_TIERS)}; got {req.service_tier!r}.",
+            )
         data.update(
             max_tokens=req.max_tokens,
             stop=req.stop_sequences,

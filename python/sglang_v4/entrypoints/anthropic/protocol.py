@@ -6,7 +6,8 @@ Field names and shapes follow Anthropic's API reference (the ``anthropic`` clien
 parse them; the tests validate every body and stream event against those types). The request
 models check the top-level types only (pydantic's strict mode, as on the OpenAI routes); the
 content blocks are read, and checked field by field, by :mod:`.messages_input`. Unknown fields
-(``cache_control``, ``service_tier``, ``container``...) are ignored, as on the other routes.
+(``cache_control``, ``container``...) are ignored, as on the other routes; ``service_tier`` is
+checked and answered (:data:`MESSAGES_SERVICE_TIERS`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ __all__ = [
     "CountTokensRequest",
     "MessageParam",
     "MessagesRequest",
+    "MESSAGES_SERVICE_TIERS",
     "MessagesUsage",
+    "SERVED_MESSAGES_TIER",
     "StopReason",
     "TextBlock",
     "ThinkingBlock",
@@ -35,6 +38,13 @@ __all__ = [
     "new_message_id",
     "thinking_signature",
 ]
+
+#: The values of a Messages request's ``service_tier`` (Anthropic's API reference: ``auto`` may use
+#: priority capacity, ``standard_only`` does not).
+MESSAGES_SERVICE_TIERS = ("auto", "standard_only")
+#: The tier every Messages request is served with, as a response's ``usage.service_tier`` names it
+#: (Anthropic's values: ``standard``, ``priority``, ``batch``; this server has one tier).
+SERVED_MESSAGES_TIER = "standard"
 
 #: The paths of the Anthropic routes (their errors, the admission's included, use Anthropic's shape).
 ANTHROPIC_ROUTES = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
@@ -137,7 +147,9 @@ class MessagesRequest(_MessagesBody):
     ``stop_sequences`` are stop strings (not part of the text; the one matched is the response's
     ``stop_sequence``). ``temperature``, ``top_p``, ``top_k``: sampling (unset ones take the
     server's chat defaults, as on ``/v1/chat/completions``). ``metadata.user_id``: the chat route's
-    ``user``.
+    ``user``. ``service_tier``: one of :data:`MESSAGES_SERVICE_TIERS` (another value is a 400);
+    when set, the message's ``usage.service_tier`` names the tier used,
+    :data:`SERVED_MESSAGES_TIER`.
     """
 
     max_tokens: int
@@ -147,6 +159,7 @@ class MessagesRequest(_MessagesBody):
     top_k: int | None = None
     stream: bool = False
     metadata: dict[str, Any] | None = None
+    service_tier: Any = None
 
 
 class CountTokensRequest(_MessagesBody):
@@ -192,12 +205,15 @@ class MessagesUsage(BaseModel):
     Without ``--enable-cache-report`` the cache counts are unknown: the two cache keys are left
     out of every ``usage`` (the message, ``message_start``, ``message_delta``), never sent as
     ``null``, so each count a client reads is an integer and the three usages have the same keys.
+    ``service_tier`` (the tier used, on the message and ``message_start`` only, as Anthropic's
+    ``Usage``; ``message_delta``'s usage has no such key) is left out unless the request set it.
     """
 
     input_tokens: int
     output_tokens: int
     cache_creation_input_tokens: int | None = None
     cache_read_input_tokens: int | None = None
+    service_tier: str | None = None
 
     @model_serializer(mode="wrap")
     def _unknown_counts_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

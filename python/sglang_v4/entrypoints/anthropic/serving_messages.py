@@ -55,9 +55,11 @@ from sglang_v4.entrypoints.anthropic.messages_output import (
     stop_reason,
 )
 from sglang_v4.entrypoints.anthropic.protocol import (
+    SERVED_MESSAGES_TIER,
     AnthropicMessage,
     CountTokensRequest,
     MessagesRequest,
+    MessagesUsage,
     anthropic_error_body,
 )
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest, auth_challenge_headers
@@ -123,6 +125,15 @@ async def _read_body(request: Request, cls: type[Any]) -> Any:
         raise RequestError(
             e.message.removeprefix("Invalid request: "), e.status, e.err_type, e.param
         ) from None
+
+
+def _tiered(usage: MessagesUsage, req: MessagesRequest) -> MessagesUsage:
+    """``usage`` naming the tier that served ``req`` (:data:`~.protocol.SERVED_MESSAGES_TIER`)
+    when the request set ``service_tier`` (checked already by the request converter); ``usage``
+    unchanged otherwise. For the message and ``message_start`` only."""
+    if req.service_tier is not None:
+        usage.service_tier = SERVED_MESSAGES_TIER
+    return usage
 
 
 class AnthropicServing:
@@ -230,7 +241,7 @@ class AnthropicServing:
             content=message_content(out, omit_thinking=thinking_omitted(req.thinking)),
             stop_reason=reason,
             stop_sequence=sequence,
-            usage=message_usage(meta, self.chat.enable_cache_report),
+            usage=_tiered(message_usage(meta, self.chat.enable_cache_report), req),
         )
         return JSONResponse(msg.model_dump(mode="json"))
 
@@ -297,7 +308,9 @@ class AnthropicServing:
         # clients read no event before message_start, so it goes out before the first ping
         early = (
             MessageEvents(
-                AnthropicMessage(model=req.model, usage=prompt_usage(self._prompt_tokens(run), cache_report)),
+                AnthropicMessage(
+                    model=req.model, usage=_tiered(prompt_usage(self._prompt_tokens(run), cache_report), req)
+                ),
                 omit_thinking=omit,
             )
             if isinstance(first, PendingFirst)
@@ -315,7 +328,8 @@ class AnthropicServing:
                 if events is None:
                     first_meta = (head[0] if isinstance(head, list) else head).get("meta_info", {})
                     start = AnthropicMessage(
-                        model=req.model, usage=message_usage(first_meta, cache_report, output_tokens=0)
+                        model=req.model,
+                        usage=_tiered(message_usage(first_meta, cache_report, output_tokens=0), req),
                     )
                     events = MessageEvents(start, omit_thinking=omit)
                     for ev in events.start():
