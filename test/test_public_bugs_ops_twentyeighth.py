@@ -2,15 +2,19 @@
 ``--api-key`` guards (the health probes a load balancer calls without credentials stay open, the
 API does not), an empty ``--api-key`` (no authentication, as SGLang reads it), ``--log-level``
 spelled in any case and with Python's level names, a misspelt level refused at start-up, and the
-``model_name`` label of the ``/metrics`` families under ``--served-model-name``.
+``model_name`` label of the ``/metrics`` families under ``--served-model-name``, and SGLang's legacy
+``SGL_`` spelling of the environment variables the server reads.
 
 Fixtures: the ``AdmissionMiddleware`` in front of a Starlette app of stand-in routes (driven with
 Starlette's ``TestClient``), the launch-flag parser of ``sglang_flags_testutil``, and an
-in-process ``TokenizerMetrics``. Oracles: SGLang's installed ``decide_request_auth`` (its own
-rule for each route and key), Python's ``logging`` module (which level a name means),
+in-process ``TokenizerMetrics``. Oracles: the rule sgl-project/sglang#901 settled on (which routes
+need the key), Python's ``logging`` module (which level a name means),
 ``prometheus_client``'s text parser, and the values the reports state.
 
-No fault was found by these reports; the tests guard the behaviour they ask for.
+Fault found here and fixed: the legacy ``SGL_<NAME>`` spelling of a variable the server reads
+(``SGL_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN``, ``SGL_LOG_REQUEST_EXCEEDED_MS``, ...), which SGLang
+reads as ``SGLANG_<NAME>`` with a deprecation warning, was ignored and reported as "set but not
+read"; start-up now copies it to the current name (which wins when both are set) and warns.
 """
 
 from __future__ import annotations
@@ -44,19 +48,10 @@ def _client(api_key: str | None) -> Any:
 
 
 def _sglang_allows(path: str, api_key: str | None, token: str | None) -> bool:
-    """SGLang's own decision for a normal-level route (its installed ``decide_request_auth``;
-    where SGLang is not installed, the rule sgl-project/sglang#901 states: the health, readiness
-    and metrics routes are open, every other route needs the key when one is set)."""
-    try:
-        from sglang.srt.utils.auth import AuthLevel, decide_request_auth
-    except ImportError:
-        return not api_key or path in PROBES or token == api_key
-
-    header = f"Bearer {token}" if token is not None else None
-    return decide_request_auth(
-        method="GET", path=path, authorization_header=header, api_key=api_key,
-        admin_api_key=None, auth_level=AuthLevel.NORMAL,
-    ).allowed  # fmt: skip
+    """The rule sgl-project/sglang#901 settled on (SGLang's ``add_api_key_middleware``): with a
+    non-empty key set, the health, readiness and metrics routes are open and every other route
+    needs ``Authorization: Bearer KEY``; with no key (or an empty one) every route is open."""
+    return not api_key or path in PROBES or token == api_key
 
 
 # --------------------------------------------------------------------------- --api-key
@@ -66,7 +61,7 @@ def test_sglang_901_health_probes_need_no_key_while_the_api_does() -> None:
     and cloud / Kubernetes health checks, which cannot send credentials, marked the server down.
     Expected: ``/health``, ``/health_generate``, ``/ready`` and ``/metrics`` answer 200 with no
     key or a wrong one; the API routes answer 401 without the key or with a wrong one and 200 with
-    ``Authorization: Bearer KEY``: SGLang's own rule for every route and token."""
+    ``Authorization: Bearer KEY``."""
     c = _client(KEY)
     for path in (*PROBES, *API):
         for token in (None, "wrong", KEY):
@@ -80,8 +75,7 @@ def test_sglang_901_health_probes_need_no_key_while_the_api_does() -> None:
 def test_sglang_901_an_empty_api_key_turns_authentication_off() -> None:
     """sgl-project/sglang#901's answer ("You may set 'EMPTY'") and SGLang's reading of
     ``--api-key``: only a non-empty key is checked. Expected: ``--api-key ''`` parses, and every
-    route answers 200 with no ``Authorization`` header, as SGLang's ``decide_request_auth``
-    decides for an empty key."""
+    route answers 200 with no ``Authorization`` header, as SGLang reads an empty key."""
     args = parse("--model-path m --api-key ''")
     assert not args.api_key
     c = _client(args.api_key)
@@ -140,3 +134,64 @@ def test_vllm_45465_metrics_are_labelled_with_the_served_model_name() -> None:
             for s in fam.samples
         }
         assert labels == {want}, labels
+
+
+# --------------------------------------------------------------------------- legacy SGL_ env names
+def test_sglang_38219_legacy_sgl_names_of_read_variables_take_effect() -> None:
+    """sgl-project/sglang#38219 (a legacy ``SGL_`` variable "silently ignored") and
+    sgl-project/sglang#14943 (SGLang's warning "Environment variable SGL_X is deprecated, please
+    use SGLANG_X"): SGLang reads every ``SGL_<NAME>`` as ``SGLANG_<NAME>``. Expected: the legacy
+    spelling of each variable this server reads sets it (``SGL_LOG_REQUEST_EXCEEDED_MS=250`` is a
+    250 ms threshold, ``SGL_HEALTH_CHECK_TIMEOUT=7`` a 7 s probe), one warning names the legacy
+    name and the current one, and neither is reported as "set but not read"; a legacy name of a
+    variable the server does not read is still reported."""
+    from sglang_v4.managers.request_log import log_exceeded_ms
+    from sglang_v4.managers.tokenizer_control_mixin import health_check_timeout_s
+    from sglang_v4.server_args_compat import apply_legacy_sglang_env, unread_sglang_env
+
+    env = {
+        "SGL_LOG_REQUEST_EXCEEDED_MS": "250",
+        "SGL_HEALTH_CHECK_TIMEOUT": "7",
+        "SGL_ENABLE_JIT_DEEPGEMM": "1",
+    }
+    assert log_exceeded_ms(env) == -1  # before start-up reads the legacy names: unset
+    log = logging.getLogger("test.legacy_env")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    log.addHandler(handler)
+    try:
+        found = apply_legacy_sglang_env(env, log=log)
+    finally:
+        log.removeHandler(handler)
+    assert found == {
+        "SGL_HEALTH_CHECK_TIMEOUT": "SGLANG_HEALTH_CHECK_TIMEOUT",
+        "SGL_LOG_REQUEST_EXCEEDED_MS": "SGLANG_LOG_REQUEST_EXCEEDED_MS",
+    }
+    assert log_exceeded_ms(env) == 250
+    assert health_check_timeout_s(env) == 7.0
+    assert unread_sglang_env(env) == ["SGL_ENABLE_JIT_DEEPGEMM"]
+    assert len(records) == 1
+    text = records[0].getMessage()
+    assert all(name in text for pair in found.items() for name in pair)
+
+
+def test_sglang_38219_legacy_allow_longer_context_name_allows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sgl-project/sglang#38219: a legacy ``SGL_`` setting was dropped, so the behaviour it asks
+    for did not happen. Expected: with only ``SGL_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1`` set, a
+    ``--context-length`` above the model's is refused before start-up reads the legacy names and
+    allowed (with a warning) after, exactly as with ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``."""
+    from types import SimpleNamespace
+
+    from sglang_v4.entrypoints.launcher import check_context_length
+    from sglang_v4.server_args_compat import apply_legacy_sglang_env
+
+    current = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+    monkeypatch.setenv(current, "0")  # recorded, so that teardown removes what start-up sets
+    monkeypatch.delenv(current)
+    monkeypatch.setenv("SGL_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "1")
+    model = SimpleNamespace(context_length=4096, context_length_key="max_position_embeddings")
+    with pytest.raises(ValueError, match="context_length"):
+        check_context_length(8192, model)
+    apply_legacy_sglang_env()
+    check_context_length(8192, model)
