@@ -3,8 +3,9 @@ runtime's config reader (``ModelConfig``), quantization resolver and tokenizer l
 forms of ``rope_scaling`` (``null``, absent, a dict of the old ``type`` spelling), an incomplete
 ``rope_scaling`` block, a flat ``rope_theta`` beside transformers' nested ``rope_parameters``, a
 ``quantization_config`` that omits or nulls ``weight_block_size``, the stop set built from
-``config.json``, ``generation_config.json`` and the tokenizer together, and a
-``tokenizer_config.json`` whose ``model_max_length`` is shorter than the model's context.
+``config.json``, ``generation_config.json`` and the tokenizer together, a
+``tokenizer_config.json`` whose ``model_max_length`` is shorter than the model's context, and a
+``generation_config.json`` ``top_k`` of 0 (transformers' "no top-k").
 
 Each test ports one public report (cited as ``owner/repo#N``). Oracles: transformers'
 ``DeepseekV4Config`` (the config the model is built from), the values written into the files
@@ -171,3 +172,30 @@ def test_sglang_7515_tokenizer_model_max_length_does_not_cap_the_context(
         got = get_tokenizer(str(d)).encode(text, add_special_tokens=False)
     assert got == want
     assert "Token indices sequence length" not in caplog.text
+
+
+# --------------------------------------------------------------------------- generation_config top_k
+def test_ms_swift_9071_generation_config_top_k_zero_means_no_top_k(tmp_path: Path) -> None:
+    """modelscope/ms-swift#9071: a model's ``generation_config.json`` with ``"top_k": 0`` was
+    turned into transformers' default 50 (or refused), where transformers reads 0 as "no top-k
+    filtering" (the review's point). Expected: with the model's sampling defaults a chat request
+    that sets no ``top_k`` samples from the whole vocabulary (SGLang's ``top_k=-1``) and keeps the
+    file's ``temperature``; a request's own ``top_k`` still wins."""
+    from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest
+    from sglang_v4.entrypoints.openai.request_sampling import build_sampling_params
+    from sglang_v4.entrypoints.openai.sampling_defaults import model_sampling_defaults
+    from sglang_v4.sampling.sampling_params import TOP_K_ALL
+
+    d = write_model_dir(tmp_path / "m", _cfg(), generation={"top_k": 0, "temperature": 0.6})
+    defaults = model_sampling_defaults(str(d), "model")
+    assert TOP_K_ALL == -1
+
+    def sent(**body: Any) -> dict[str, Any]:
+        req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "Hi"}], **body)
+        return build_sampling_params(
+            req, 3, tokenizer=None, vocab_size=None, grammar_enabled=False, chat_defaults=defaults
+        )
+
+    sp = sent()
+    assert (sp["top_k"], sp["temperature"]) == (-1, 0.6)
+    assert sent(top_k=5)["top_k"] == 5
