@@ -21,7 +21,11 @@ import sys
 from typing import TYPE_CHECKING, NoReturn
 
 from sglang_v4.server_args import ServerArgs
-from sglang_v4.server_args_compat import warn_ignored_sglang_args, warn_unread_sglang_env
+from sglang_v4.server_args_compat import (
+    apply_legacy_sglang_env,
+    warn_ignored_sglang_args,
+    warn_unread_sglang_env,
+)
 from sglang_v4.server_args_vllm_hints import vllm_flag_hints
 from sglang_v4.utils import configure_logging
 
@@ -190,6 +194,7 @@ def _main(argv: list[str] | None, stop: StopSignal) -> int:
         # One line naming the flag (argparse's error format and exit code 2, without the long usage).
         parser.exit(2, f"{parser.prog}: error: {flag_error_message(parser, str(e))}\n")
     warn_ignored_sglang_args(server_args, log)
+    apply_legacy_sglang_env(log=log)
     warn_unread_sglang_env(log=log)
     single = server_args.node_rank == 0 and server_args.dp_size == 1
     tokenizer = None  # the one the checks load, handed to the tokenizer manager

@@ -48,7 +48,7 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from sglang_v4.server_args_compat_flag import IGNORED, MAPPED, UNSUPPORTED, SGLangFlag
@@ -245,15 +245,62 @@ READ_SGLANG_ENV = frozenset(
 )
 
 
+#: SGLang's legacy prefix: its ``environ.py`` reads every ``SGL_<NAME>`` as ``SGLANG_<NAME>``.
+LEGACY_SGLANG_ENV_PREFIX = "SGL_"
+
+
+def _current_sglang_name(name: str) -> str | None:
+    """``SGLANG_<NAME>`` for a legacy ``SGL_<NAME>`` whose current name this server reads, else None."""
+    if not name.startswith(LEGACY_SGLANG_ENV_PREFIX):
+        return None
+    current = "SGLANG_" + name[len(LEGACY_SGLANG_ENV_PREFIX) :]
+    return current if current in READ_SGLANG_ENV else None
+
+
+def apply_legacy_sglang_env(
+    environ: MutableMapping[str, str] | None = None, log: logging.Logger | None = None
+) -> dict[str, str]:
+    """Read SGLang's legacy ``SGL_<NAME>`` spelling of the variables in :data:`READ_SGLANG_ENV`,
+    as SGLang does (``environ.py``'s ``_handle_deprecated_envs`` copies every ``SGL_<NAME>`` to
+    ``SGLANG_<NAME>`` and warns that the old name is deprecated): each such legacy variable set
+    in ``environ`` (default ``os.environ``, so that the server's processes inherit it) is copied
+    to its ``SGLANG_`` name, unless that name is set too (the current name then wins), and one
+    warning names every legacy variable and its current name. Call once at start-up, before any
+    of the variables is read.
+
+    Returns:
+        ``{legacy name: current name}`` of the legacy variables found.
+    """
+    env = os.environ if environ is None else environ
+    found = {k: c for k in sorted(env) if (c := _current_sglang_name(k)) is not None}
+    for legacy, current in found.items():
+        if current not in env:
+            env[current] = env[legacy]
+    if found:
+        (log or logging.getLogger("sglang_v4.server_args")).warning(
+            "Deprecated SGLang environment variable name(s): %s",
+            "; ".join(
+                f"{legacy} is read as {current}"
+                + (f" (ignored: {current} is set too)" if env[current] != env[legacy] else "")
+                for legacy, current in found.items()
+            ),
+        )
+    return found
+
+
 def unread_sglang_env(environ: Mapping[str, str] | None = None) -> list[str]:
     """Sorted names of the ``SGL_*`` / ``SGLANG_*`` variables set in ``environ`` (default
     ``os.environ``) that sglang-v4 does not read: SGLang's kernel, backend and tuning switches
-    (``SGL_ENABLE_JIT_DEEPGEMM``, ``SGLANG_ENABLE_SPEC_V2``, ...) copied with a launch command."""
+    (``SGL_ENABLE_JIT_DEEPGEMM``, ``SGLANG_ENABLE_SPEC_V2``, ...) copied with a launch command.
+    A legacy ``SGL_<NAME>`` of a variable it reads is read (:func:`apply_legacy_sglang_env`)."""
     env = os.environ if environ is None else environ
     return sorted(
         k
         for k in env
-        if k.startswith(("SGL_", "SGLANG_")) and not k.startswith("SGLANG_V4_") and k not in READ_SGLANG_ENV
+        if k.startswith(("SGL_", "SGLANG_"))
+        and not k.startswith("SGLANG_V4_")
+        and k not in READ_SGLANG_ENV
+        and _current_sglang_name(k) is None
     )
 
 

@@ -49,7 +49,11 @@ from sglang_v4.entrypoints.launcher import (
 from sglang_v4.entrypoints.server_info import build_server_info
 from sglang_v4.managers.io_struct import GenerateReqInput
 from sglang_v4.server_args import ServerArgs
-from sglang_v4.server_args_compat import warn_ignored_sglang_args, warn_unread_sglang_env
+from sglang_v4.server_args_compat import (
+    apply_legacy_sglang_env,
+    warn_ignored_sglang_args,
+    warn_unread_sglang_env,
+)
 
 __all__ = [
     "MAKE_CHECKPOINT_HINT",
@@ -152,6 +156,7 @@ class Engine(EngineControlMixin, EngineScoreMixin, EngineSGLangMethodsMixin):
             raise ValueError(f"Unknown Engine argument(s): {', '.join(unknown)}")
         self.server_args = ServerArgs(model_path=model_path, **kwargs)
         warn_ignored_sglang_args(self.server_args, logger)
+        apply_legacy_sglang_env(log=logger)
         warn_unread_sglang_env(log=logger)
         if self.server_args.dp_size > 1 or self.server_args.node_rank > 0:
             raise ValueError(
