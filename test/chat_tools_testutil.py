@@ -367,3 +367,27 @@ class _ByteFragmentTM:
             if self.fail_after is not None and n == self.fail_after:
                 raise ValueError("the scheduler failed while decoding (injected)")
             yield o
+
+
+#: The conversation of :func:`post_chat_reply`.
+DO_IT_MESSAGES = [{"role": "user", "content": "Do it."}]
+
+
+def post_chat_reply(tok: Any, reply: str, body: dict[str, Any], stream: bool, per_chunk: int = 1) -> Any:
+    """The raw ``POST /v1/chat/completions`` answer to ``body`` (with :data:`DO_IT_MESSAGES`) from a
+    fake engine writing ``reply`` ``per_chunk`` tokens a chunk (:func:`grammar_chunk_tm`);
+    HTTP 200 asserted."""
+    _, tc = client_for(grammar_chunk_tm(tok, reply, per_chunk), allow_auto_truncate=False)
+    r = tc.post(
+        "/v1/chat/completions", json={"model": "m", "messages": DO_IT_MESSAGES, **body, "stream": stream}
+    )
+    assert r.status_code == 200, r.text
+    return r
+
+
+def first_choice(r: Any, stream: bool) -> Any:
+    """``choices[0]`` of a chat answer ``r`` as the ``openai`` client reads it (a stream folded by
+    its accumulator, :func:`fold_chat_stream`)."""
+    from openai.types.chat import ChatCompletion
+
+    return (fold_chat_stream(r.text) if stream else ChatCompletion.model_validate(r.json())).choices[0]

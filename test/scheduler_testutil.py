@@ -185,6 +185,20 @@ def radix_tree(page_size: int, n: int = 64) -> tuple[RadixCache, PageAllocator, 
     return RadixCache(ba, wa, page_size=page_size), ba, wa
 
 
+def insert_finished(
+    c: RadixCache, ba: PageAllocator, wa: PageAllocator, tokens: list[int], page_size: int
+) -> None:
+    """Insert ``tokens`` into the bare tree ``c`` (of :func:`radix_tree`) as a finished request
+    would: fresh block pages for its whole ``page_size``-token blocks (a partial tail is left out)
+    and a resume state at every block end, the pages the tree already held freed again, as the
+    ownership contract of ``RadixCache.insert`` says."""
+    nb = len(tokens) // page_size
+    blocks, wins = ba.alloc_or_raise(nb), wa.alloc_or_raise(nb)
+    tb, tw = c.insert(tokens[: nb * page_size], blocks, list(wins))
+    ba.free([b for b, t in zip(blocks, tb) if t != b])
+    wa.free([w for w, t in zip(wins, tw) if t is not None and t != w])
+
+
 def assert_idle(s: Scheduler) -> None:
     """After a flush the pools and request slots are all free (nothing leaked)."""
     assert s.flush_cache()

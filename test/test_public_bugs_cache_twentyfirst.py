@@ -17,7 +17,16 @@ from typing import Any
 
 import pytest
 from dsv4_testutil import random_ids
-from scheduler_testutil import PAGE, assert_idle, drain, make_scheduler, radix_tree, run_one, submit
+from scheduler_testutil import (
+    PAGE,
+    assert_idle,
+    drain,
+    insert_finished,
+    make_scheduler,
+    radix_tree,
+    run_one,
+    submit,
+)
 from sglang_v4.mem_cache.allocator import PageAllocator
 from sglang_v4.mem_cache.radix_cache import RadixCache, TreeNode
 
@@ -29,14 +38,9 @@ P = 4  # block size of the tree-level tests
 # --- tree level ----------------------------------------------------------------------------------
 
 
-def _insert(c: RadixCache, ba: PageAllocator, wa: PageAllocator, tokens: list[int]) -> None:
-    """Insert ``tokens`` (whole blocks) as a finished request would: fresh pages for every block
-    and a resume state at every block end, duplicates freed as the ownership contract says."""
-    nb = len(tokens) // P
-    blocks, wins = ba.alloc_or_raise(nb), wa.alloc_or_raise(nb)
-    tb, tw = c.insert(tokens[: nb * P], blocks, wins)
-    ba.free([b for b, t in zip(blocks, tb) if t != b])
-    wa.free([w for w, t in zip(wins, tw) if t is not None and t != w])
+def _insert(c: RadixCache, ba: PageAllocator, wa: PageAllocator, key: list[int]) -> None:
+    """``scheduler_testutil.insert_finished`` on this file's block size."""
+    insert_finished(c, ba, wa, key, P)
 
 
 def _walk(c: RadixCache) -> dict[str, int]:

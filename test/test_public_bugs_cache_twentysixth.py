@@ -27,6 +27,7 @@ from scheduler_testutil import (
     cold_output_ids,
     collect_outputs,
     drain,
+    insert_finished,
     make_scheduler,
     radix_tree,
     run_one,
@@ -45,13 +46,8 @@ P = 4  # block size of the tree-level tests
 
 
 def _insert(c: RadixCache, ba: PageAllocator, wa: PageAllocator, key: list[int]) -> None:
-    """Insert ``key`` (whole blocks) as a finished request would: fresh block pages and a resume
-    state at every block end, duplicates freed as the ownership contract says."""
-    nb = len(key) // P
-    blocks, wins = ba.alloc_or_raise(nb), wa.alloc_or_raise(nb)
-    tb, tw = c.insert(key, blocks, list(wins))
-    ba.free([b for b, t in zip(blocks, tb) if t != b])
-    wa.free([w for w, t in zip(wins, tw) if t != w])
+    """``scheduler_testutil.insert_finished`` on this file's block size."""
+    insert_finished(c, ba, wa, key, P)
 
 
 def test_vllm_53749_a_shared_prefix_hits_its_whole_blocks_and_nothing_below_one() -> None:

@@ -18,14 +18,20 @@ import json
 from typing import Any
 
 import pytest
-from chat_tools_testutil import client_for, fold_chat_stream, grammar_chunk_tm, sse_chunks
+from chat_tools_testutil import (
+    DO_IT_MESSAGES,
+    client_for,
+    first_choice,
+    grammar_chunk_tm,
+    post_chat_reply,
+    sse_chunks,
+)
 from dsml_testutil import DSML, dsml_block, dsml_invoke, dsml_param
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from responses_testutil import sse
 from transformers import PreTrainedTokenizerFast
 
 CHAT = "/v1/chat/completions"
-MSGS = [{"role": "user", "content": "Do it."}]
 LONG = "The quick brown fox jumps over the lazy dog near the riverbank at dawn."
 
 
@@ -33,21 +39,6 @@ def _tool(name: str, props: dict[str, Any] | None = None) -> dict[str, Any]:
     """A function tool ``name`` whose parameters are ``props`` (one string ``q`` by default)."""
     params = {"type": "object", "properties": {"q": {"type": "string"}} if props is None else props}
     return {"type": "function", "function": {"name": name, "parameters": params}}
-
-
-def _post(
-    tok: PreTrainedTokenizerFast, reply: str, body: dict[str, Any], stream: bool, per_chunk: int = 1
-) -> Any:
-    """The raw chat answer to ``body`` from a model writing ``reply`` (HTTP 200 asserted)."""
-    _, tc = client_for(grammar_chunk_tm(tok, reply, per_chunk), allow_auto_truncate=False)
-    r = tc.post(CHAT, json={"model": "m", "messages": MSGS, **body, "stream": stream})
-    assert r.status_code == 200, r.text
-    return r
-
-
-def _choice(r: Any, stream: bool) -> Any:
-    """``choices[0]`` as the ``openai`` client reads it (a stream folded by its accumulator)."""
-    return (fold_chat_stream(r.text) if stream else ChatCompletion.model_validate(r.json())).choices[0]
 
 
 # --------------------------------------------------------------------------- finish_reason
@@ -66,8 +57,8 @@ def test_forced_call_finishes_with_tool_calls(
     and the named function; the call's arguments are those written (``json.loads``)."""
     reply = dsml_block(dsml_invoke("record", dsml_param("q", True, "KEY-short")))
     tc_choice: Any = {"type": "function", "function": {"name": "record"}} if choice == "named" else choice
-    r = _post(tok, reply, {"tools": [_tool("record")], "tool_choice": tc_choice}, stream)
-    ch = _choice(r, stream)
+    r = post_chat_reply(tok, reply, {"tools": [_tool("record")], "tool_choice": tc_choice}, stream)
+    ch = first_choice(r, stream)
     assert ch.finish_reason == "tool_calls"
     assert [(c.function.name, json.loads(c.function.arguments)) for c in ch.message.tool_calls or []] == [
         ("record", {"q": "KEY-short"})
@@ -95,7 +86,7 @@ def test_call_without_parameters_has_empty_object_arguments(
     ``finish_reason`` ``"tool_calls"``, no DSML in the content."""
     reply = f'\n\n<{DSML}tool_calls>\n<{DSML}invoke name="check_credentials">\n</{DSML}invoke>\n</{DSML}tool_calls>'
     body = {"tools": [_tool("check_credentials", {})], "tool_choice": choice}
-    ch = _choice(_post(tok, reply, body, stream), stream)
+    ch = first_choice(post_chat_reply(tok, reply, body, stream), stream)
     calls = ch.message.tool_calls or []
     assert [c.function.name for c in calls] == ["check_credentials"]
     assert calls[0].function.arguments.strip() and json.loads(calls[0].function.arguments) == {}
@@ -114,9 +105,11 @@ def test_chat_arguments_stream_as_they_are_written(tok: PreTrainedTokenizerFast)
     value written."""
     reply = dsml_block(dsml_invoke("render", dsml_param("q", True, LONG)))
     body = {"tools": [_tool("render")]}
-    cold = _choice(_post(tok, reply, body, False), False).message.tool_calls[0].function.arguments
+    cold = (
+        first_choice(post_chat_reply(tok, reply, body, False), False).message.tool_calls[0].function.arguments
+    )
     pieces = []
-    for c in sse_chunks(_post(tok, reply, body, True).text):
+    for c in sse_chunks(post_chat_reply(tok, reply, body, True).text):
         for ch in c["choices"]:
             for e in (ch.get("delta") or {}).get("tool_calls") or []:
                 if (e.get("function") or {}).get("arguments"):
@@ -160,7 +153,7 @@ def test_clients_own_call_answer_replays_with_its_result(tok: PreTrainedTokenize
     with a ``tool`` message answering its ``id``; the prompt is the one of the same turn written
     by hand (``content: null``, the call's name and arguments), and holds the result."""
     reply = dsml_block(dsml_invoke("get_weather", dsml_param("q", True, "Paris")))
-    first = _choice(_post(tok, reply, {"tools": [_tool("get_weather")]}, stream), stream)
+    first = first_choice(post_chat_reply(tok, reply, {"tools": [_tool("get_weather")]}, stream), stream)
     assert first.finish_reason == "tool_calls"
     call = first.message.tool_calls[0]
     as_given = first.message.model_dump(exclude_none=True)
@@ -179,7 +172,7 @@ def test_clients_own_call_answer_replays_with_its_result(tok: PreTrainedTokenize
     for turn in (as_given, by_hand):
         tm = grammar_chunk_tm(tok, "Sunny in Paris.")
         _, tc = client_for(tm, allow_auto_truncate=False)
-        msgs = [*MSGS, turn, {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21C"}]
+        msgs = [*DO_IT_MESSAGES, turn, {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21C"}]
         r = tc.post(CHAT, json={"model": "m", "messages": msgs, "tools": [_tool("get_weather")]})
         assert r.status_code == 200, r.text
         assert ChatCompletion.model_validate(r.json()).choices[0].message.content == "Sunny in Paris."

@@ -20,8 +20,9 @@ import pytest
 from chat_tools_testutil import (
     WEATHER_FLAT,
     client_for,
-    fold_chat_stream,
+    first_choice,
     grammar_chunk_tm,
+    post_chat_reply,
     routes_client,
     sse_chunks,
 )
@@ -31,7 +32,6 @@ from openai.types.responses import Response
 from transformers import PreTrainedTokenizerFast
 
 CHAT = "/v1/chat/completions"
-MSGS = [{"role": "user", "content": "Do it."}]
 
 
 def _tool(name: str) -> dict[str, Any]:
@@ -40,21 +40,6 @@ def _tool(name: str) -> dict[str, Any]:
         "type": "function",
         "function": {"name": name, "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}},
     }
-
-
-def _post(
-    tok: PreTrainedTokenizerFast, reply: str, body: dict[str, Any], stream: bool, per_chunk: int = 1
-) -> Any:
-    """The raw answer to ``body`` from a model writing ``reply`` (HTTP 200 asserted)."""
-    _, tc = client_for(grammar_chunk_tm(tok, reply, per_chunk), allow_auto_truncate=False)
-    r = tc.post(CHAT, json={"model": "m", "messages": MSGS, **body, "stream": stream})
-    assert r.status_code == 200, r.text
-    return r
-
-
-def _choice(r: Any, stream: bool) -> Any:
-    """``choices[0]`` as the ``openai`` client reads it (a stream folded by its accumulator)."""
-    return (fold_chat_stream(r.text) if stream else ChatCompletion.model_validate(r.json())).choices[0]
 
 
 # --------------------------------------------------------------------------- namespaced names
@@ -81,7 +66,9 @@ def test_namespaced_tool_names_round_trip(
     the parameters written (``json.loads``), and ``finish_reason`` ``tool_calls``."""
     reply = dsml_block(dsml_invoke(name, dsml_param("q", True, "list_events")))
     tool_choice: Any = {"type": "function", "function": {"name": name}} if choice == "named" else choice
-    ch = _choice(_post(tok, reply, {"tools": [_tool(name)], "tool_choice": tool_choice}, stream), stream)
+    ch = first_choice(
+        post_chat_reply(tok, reply, {"tools": [_tool(name)], "tool_choice": tool_choice}, stream), stream
+    )
     assert [(c.function.name, json.loads(c.function.arguments)) for c in ch.message.tool_calls or []] == [
         (name, {"q": "list_events"})
     ]
@@ -105,7 +92,7 @@ def test_every_streamed_tool_call_delta_has_its_index(tok: PreTrainedTokenizerFa
         dsml_invoke("a:first", dsml_param("q", True, "one")),
         dsml_invoke("b.second", dsml_param("q", True, "two")),
     )
-    r = _post(tok, reply, {"tools": [_tool("a:first"), _tool("b.second")]}, True, per_chunk)
+    r = post_chat_reply(tok, reply, {"tools": [_tool("a:first"), _tool("b.second")]}, True, per_chunk)
     entries = []
     for c in sse_chunks(r.text):
         ChatCompletionChunk.model_validate(c)
@@ -133,10 +120,10 @@ def test_streamed_arguments_are_never_repeated(tok: PreTrainedTokenizerFast, per
         dsml_invoke("read_file", dsml_param("q", True, "/home/opc/README.md")),
     )
     body = {"tools": [_tool("shell"), _tool("read_file")]}
-    cold = _choice(_post(tok, reply, body, False), False)
+    cold = first_choice(post_chat_reply(tok, reply, body, False), False)
     whole = [c.function.arguments for c in cold.message.tool_calls]
     joined: dict[int, str] = {}
-    for c in sse_chunks(_post(tok, reply, body, True, per_chunk).text):
+    for c in sse_chunks(post_chat_reply(tok, reply, body, True, per_chunk).text):
         for ch in c["choices"]:
             for e in (ch.get("delta") or {}).get("tool_calls") or []:
                 joined[e["index"]] = joined.get(e["index"], "") + (
