@@ -34,6 +34,7 @@ from fastapi.responses import Response
 from sglang_v4.entrypoints.openai.protocol import auth_challenge_headers, error_type_for_status
 from sglang_v4.managers.control_struct import FlushCacheReqOutput
 from sglang_v4.managers.io_struct import GenerateReqInput
+from sglang_v4.managers.prefix_sharing import join_cache_namespace
 from sglang_v4.managers.tokenizer_manager import RequestError
 from sglang_v4.sampling.sampling_params import SamplingParams
 
@@ -470,10 +471,12 @@ def parse_generate_body(body: Any) -> GenerateReqInput:
     salt = body.get("cache_salt")
     if salt is not None:
         _check_type("cache_salt", salt, isinstance(salt, str), "a string")
-        if salt:  # SGLang's OpenAI layer: the namespace is cache_salt + extra_key
-            extra_key = (
-                [salt + k for k in extra_key] if isinstance(extra_key, list) else salt + (extra_key or "")
-            )
+    if salt or extra_key:  # the namespace of cache_salt and extra_key (a tagged pair when both)
+        extra_key = (
+            [join_cache_namespace(salt, k) or "" for k in extra_key]
+            if isinstance(extra_key, list)
+            else join_cache_namespace(salt, extra_key)
+        )
     tids = body.get("token_ids_logprob")
     if tids is not None:
 

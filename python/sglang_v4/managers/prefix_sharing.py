@@ -109,3 +109,36 @@ class InflightPrefixIndex:
             else:
                 hi = mid - 1
         return cached[hashes[lo - 1]] < lo
+
+
+#: First character of every namespace :func:`join_cache_namespace` composes (and of an escaped
+#: single key): a key a client sends as it is never starts with it.
+_NAMESPACE_TAG = "\x00"
+
+
+def join_cache_namespace(cache_salt: str | None, extra_key: str | None) -> str | None:
+    """The prefix-cache namespace of a request from vLLM's ``cache_salt`` and SGLang's
+    ``extra_key`` (the value stored as
+    :attr:`~sglang_v4.managers.io_struct.GenerateReqInput.extra_key`).
+
+    One of the two set alone is the namespace as it is (a salt ``"x"`` and an ``extra_key``
+    ``"x"`` name the same one, as in SGLang); neither set (``None`` or ``""``) is the shared
+    namespace (``None``). Both set are joined as a tagged pair, not by string concatenation, so
+    no other pair and no single key names the same namespace: ``("ab", "c")``, ``("a", "bc")``
+    and ``"abc"`` are three namespaces (sgl-project/sglang#24638: concatenated keys let one
+    tenant hit another's cached blocks). A single key that starts with the tag character is
+    escaped with one more, so it cannot name a joined pair either. The map is injective.
+
+    Args:
+        cache_salt: vLLM's ``cache_salt`` (``None`` or ``""``: unset).
+        extra_key: SGLang's ``extra_key`` (``None`` or ``""``: unset).
+
+    Returns:
+        The namespace string, or ``None`` for the shared namespace.
+    """
+    if cache_salt and extra_key:
+        return _NAMESPACE_TAG + repr((cache_salt, extra_key))
+    key = cache_salt or extra_key
+    if not key:
+        return None
+    return _NAMESPACE_TAG + key if key.startswith(_NAMESPACE_TAG) else key

@@ -24,6 +24,7 @@ import json
 from typing import Any
 
 from sglang_v4.entrypoints.openai.request_errors import RequestError
+from sglang_v4.managers.prefix_sharing import join_cache_namespace
 
 __all__ = [
     "cache_namespace",
@@ -74,11 +75,12 @@ def _is_set(value: Any) -> bool:
 def cache_namespace(req: Any) -> str | None:
     """The prefix-cache namespace of a chat / completions request
     (:attr:`~sglang_v4.managers.io_struct.GenerateReqInput.extra_key`): vLLM's ``cache_salt``
-    followed by SGLang's ``extra_key``, as SGLang's OpenAI layer joins them; None when neither is
-    set. Requests of different namespaces share no cached prompt block (vLLM: the salt enters the
-    first block's hash), requests of one namespace share them."""
-    parts = [v for v in (getattr(req, "cache_salt", None), getattr(req, "extra_key", None)) if v]
-    return "".join(parts) or None
+    and SGLang's ``extra_key`` joined by
+    :func:`~sglang_v4.managers.prefix_sharing.join_cache_namespace` (a tagged pair, so no two
+    different pairs alias); None when neither is set. Requests of different namespaces share no
+    cached prompt block (vLLM: the salt enters the first block's hash), requests of one namespace
+    share them."""
+    return join_cache_namespace(getattr(req, "cache_salt", None), getattr(req, "extra_key", None))
 
 
 def check_refused_fields(data: dict[str, Any], fields: Any) -> None:
