@@ -2,8 +2,8 @@
 features not served (:data:`~.protocol_responses.UNSERVED_RESPONSES_FIELDS`), vLLM's non-empty
 ``cache_salt``, and OpenAI's bounds on ``metadata``, ``text.verbosity``
 and ``safety_identifier``, ``service_tier`` outside OpenAI's values, and ``max_output_tokens``
-below :data:`MIN_MAX_OUTPUT_TOKENS`, ``max_tool_calls`` below 1 (each a 400 naming the field, in
-OpenAI's error shape).
+below :data:`MIN_MAX_OUTPUT_TOKENS`, ``max_tool_calls`` below 1, either above :data:`INT64_MAX`
+(each a 400 naming the field, in OpenAI's error shape).
 """
 
 from __future__ import annotations
@@ -30,13 +30,18 @@ SAFETY_IDENTIFIER_MAX_LEN = 128
 #: the floor every reference shares (no response of zero tokens), not OpenAI's 16, so that those
 #: requests keep being served.
 MIN_MAX_OUTPUT_TOKENS = 1
+#: The greatest ``max_output_tokens`` / ``max_tool_calls`` taken: both are echoed in the response
+#: object, and a JSON integer past the signed 64-bit range (kept exact by the body reader) cannot
+#: be written back by orjson (``Integer exceeds 64-bit range``), nor held by an int64 tensor.
+INT64_MAX = 2**63 - 1
 
 
 def check_responses_request(req: ResponsesRequest) -> None:
     """Fields refused when set, ``max_tool_calls`` other than an integer >= 1 (OpenAI's bound),
     ``metadata`` bounds, ``text.verbosity``
     outside OpenAI's values, a ``safety_identifier`` over OpenAI's length, ``max_output_tokens``
-    below :data:`MIN_MAX_OUTPUT_TOKENS` (400 naming the field).
+    below :data:`MIN_MAX_OUTPUT_TOKENS`, either integer above :data:`INT64_MAX` (400 naming the
+    field).
 
     Raises:
         RequestError: 400 whose ``param`` names the field.
@@ -47,6 +52,14 @@ def check_responses_request(req: ResponsesRequest) -> None:
             f"Invalid 'max_tool_calls': expected an integer >= 1, but got {calls!r} instead.",
             param="max_tool_calls",
         )
+    for name in ("max_tool_calls", "max_output_tokens"):
+        value = getattr(req, name)
+        if value is not None and value > INT64_MAX:
+            raise RequestError(
+                f"Invalid '{name}': integer above maximum value. Expected a value <= {INT64_MAX}, "
+                f"but got {value} instead.",
+                param=name,
+            )
     if req.max_output_tokens is not None and req.max_output_tokens < MIN_MAX_OUTPUT_TOKENS:
         raise RequestError(
             "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= "
