@@ -47,6 +47,7 @@
   ``omitted`` returns the thinking block with empty ``thinking`` and its ``signature`` only.
 * ``output_config.effort`` is the chat route's ``reasoning_effort``; ``output_config.format``
   (``{"type": "json_schema", "schema": ...}``) its ``response_format`` (a grammar on the answer).
+* ``temperature`` must be in [0, 1] and ``top_k`` at least 0 (Anthropic's ranges; a 400).
 * ``service_tier`` must be one of ``auto`` / ``standard_only`` (another value is a 400).
 * ``stop_sequences`` are ``stop``, ``metadata.user_id`` is ``user``; ``max_tokens`` is the chat
   route's (``0``, Anthropic's cache pre-warm call, prefills the prompt and generates nothing).
@@ -573,6 +574,11 @@ def chat_request_data(req: MessagesRequest | CountTokensRequest) -> dict[str, An
         # one is refused by the chat path's stop check, renamed to this field
         if any(isinstance(s, str) and s and not s.strip() for s in req.stop_sequences or ()):
             raise _error("stop_sequences", "each stop sequence must contain non-whitespace")
+        # Anthropic's documented ranges, narrower than the chat route's: temperature 0..1, top_k >= 0
+        if req.temperature is not None and not 0.0 <= req.temperature <= 1.0:
+            raise _error("temperature", f"must be in [0, 1]; got {req.temperature}.")
+        if req.top_k is not None and req.top_k < 0:
+            raise _error("top_k", f"must be greater than or equal to 0; got {req.top_k}.")
         if req.service_tier is not None and req.service_tier not in MESSAGES_SERVICE_TIERS:
             raise _error(
                 "service_tier",
