@@ -70,3 +70,13 @@ def raw_schema_accepts(schema: Any, text: str) -> bool:
         )
     )
     return bool(m.accept_string(text)) and bool(m.is_completed())
+
+
+def schema_validator(schema: Any, check_formats: bool = False) -> Any:
+    """The ``jsonschema`` validator of ``schema`` (the oracle of what a schema admits): the class of
+    its ``$schema`` draft (Draft 2020-12 when it names none), with the draft's format checker when
+    ``check_formats`` (``format`` is only an annotation otherwise)."""
+    import jsonschema
+
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER) if check_formats else cls(schema)

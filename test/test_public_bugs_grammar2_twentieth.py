@@ -28,6 +28,7 @@ import re
 from typing import Any
 
 import pytest
+from grammar_backend_testutil import schema_validator
 from scheduler_testutil import assert_idle, drain, make_scheduler, submit
 
 xgr = pytest.importorskip("xgrammar")
@@ -85,7 +86,7 @@ def _accepts(g: Grammar, text: str) -> bool:
 
 
 def _validator(schema: Any) -> Any:
-    return jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
+    return schema_validator(schema)
 
 
 def _agrees_with_jsonschema(g: Grammar, schema: Any, valid: list[str], invalid: list[str]) -> None:

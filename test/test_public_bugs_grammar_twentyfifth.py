@@ -40,7 +40,7 @@ xgr = pytest.importorskip("xgrammar")
 jsonschema = pytest.importorskip("jsonschema")
 tokenizers = pytest.importorskip("tokenizers")
 
-from grammar_backend_testutil import VOCAB, ds_grammar_backend, tokenizer_json_path  # noqa: E402
+from grammar_backend_testutil import VOCAB, ds_grammar_backend, schema_validator, tokenizer_json_path  # noqa: E402
 from grammar_backend_testutil import accepts as _accepts  # noqa: E402
 from sglang_v4.sampling.grammar import Grammar, GrammarBackend  # noqa: E402
 from sglang_v4.sampling.sampling_params import SamplingParams  # noqa: E402
@@ -70,8 +70,7 @@ def _schema_grammar(backend: GrammarBackend, schema: Any) -> Grammar:
 
 
 def _validator(schema: Any) -> Any:
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return schema_validator(schema, check_formats=True)
 
 
 def _never_invalid(backend: GrammarBackend, schema: Any, values: list[Any]) -> Grammar:

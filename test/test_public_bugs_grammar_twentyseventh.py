@@ -31,7 +31,13 @@ pytest.importorskip("tokenizers")
 
 from chat_tools_testutil import _grammar_of, client_for, grammar_chunk_tm  # noqa: E402
 from dsml_testutil import dsml_block, dsml_invoke, dsml_param  # noqa: E402
-from grammar_backend_testutil import accepts, ds_grammar_backend, grammar_for, schema_grammar  # noqa: E402
+from grammar_backend_testutil import (  # noqa: E402
+    accepts,
+    ds_grammar_backend,
+    grammar_for,
+    schema_grammar,
+    schema_validator,
+)
 from sglang_v4.sampling.grammar import Grammar, GrammarBackend  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
@@ -43,8 +49,7 @@ def backend() -> GrammarBackend:
 
 
 def _validator(schema: Any) -> Any:
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema)
+    return schema_validator(schema)
 
 
 def _sound(backend: GrammarBackend, schema: Any, values: list[Any], offered: list[Any]) -> Grammar:

@@ -29,7 +29,7 @@ xgr = pytest.importorskip("xgrammar")
 jsonschema = pytest.importorskip("jsonschema")
 pytest.importorskip("tokenizers")
 
-from grammar_backend_testutil import accepts, ds_grammar_backend, schema_grammar  # noqa: E402
+from grammar_backend_testutil import accepts, ds_grammar_backend, schema_grammar, schema_validator  # noqa: E402
 from sglang_v4.sampling.grammar import Grammar, GrammarBackend  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
@@ -41,8 +41,7 @@ def backend() -> GrammarBackend:
 
 
 def _validator(schema: Any) -> Any:
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return schema_validator(schema, check_formats=True)
 
 
 def _sound(backend: GrammarBackend, schema: Any, values: list[Any], offered: list[Any]) -> Grammar:
