@@ -3,7 +3,9 @@ behind ``sglang-router``) and on a single server's one rank: launch options that
 each replica's GPUs and port, and a ``routed_dp_rank`` / ``data_parallel_rank`` /
 ``X-Data-Parallel-Rank`` pin outside ``[0, dp_size)``.
 
-All unit-level, in this process (no replica, router or model is started).
+All in this process, no model: the launch check, the replica layout and the rank checks called
+directly, and one ``--dp-size 2`` gateway served from a thread in front of a router stub that
+records what reaches it (its replicas unreachable).
 
 Fault found here and fixed: ``--port 65535 --dp-size 2`` passed the argument check, and the
 launcher's port probe took the replica ports ``65536`` / ``65537`` for free ones, so the group
@@ -13,16 +15,20 @@ started replicas that could never listen; the check now refuses it with a ``Valu
 Oracles: the TCP port range ``[1, 65535]`` (RFC 793's 16-bit port field), SGLang's documented
 replica layout (replica ``i`` on ``port + 1 + i`` and GPUs ``base_gpu_id + i * tp_size ..``), and
 SGLang's range for a pinned rank (``0 <= rank < dp_size``, messages naming the field), all
-hand-derived.
+hand-derived; the ``openai`` client's error classes for the gateway's answers.
 """
 
 from __future__ import annotations
 
 import json
 
+import openai
 import pytest
+import requests
+from aiohttp import web
+from aiohttp_serve_testutil import free_port, serve_aiohttp
 from sglang_v4.entrypoints.data_parallel import replica_args
-from sglang_v4.entrypoints.dp_gateway import body_dp_rank
+from sglang_v4.entrypoints.dp_gateway import GATEWAY_SERVER_OPTIONS, body_dp_rank, create_gateway_app
 from sglang_v4.entrypoints.dp_rank_header import dp_rank_from_header
 from sglang_v4.entrypoints.native_api import check_dp_rank
 from sglang_v4.server_args import ServerArgs
@@ -106,3 +112,74 @@ def test_single_server_refuses_a_rank_it_does_not_have() -> None:
         for bad in (1, -1, True, "0", 0.0):
             with pytest.raises(ValueError, match=field):
                 check_dp_rank(field, bad)
+
+
+def test_deprecated_pin_name_is_an_alias_and_the_new_name_wins() -> None:
+    """sgl-project/sglang#19268: ``data_parallel_rank`` was renamed ``routed_dp_rank`` and kept as
+    a deprecated alias. Expected: either name alone pins the same rank, and with both set the
+    new name's rank is the one used (the alias only fills an unset ``routed_dp_rank``)."""
+    for field in ("routed_dp_rank", "data_parallel_rank"):
+        assert body_dp_rank(json.dumps({"text": "hi", field: 2}).encode(), 3)[0] == 2
+    rank, fwd = body_dp_rank(json.dumps({"routed_dp_rank": 1, "data_parallel_rank": 2}).encode(), 3)
+    assert rank == 1
+    # the replica is one rank of its own: neither name may make it refuse the request
+    assert json.loads(fwd) == {"routed_dp_rank": 0, "data_parallel_rank": 0}
+    rank, _ = body_dp_rank(json.dumps({"routed_dp_rank": None, "data_parallel_rank": 2}).encode(), 3)
+    assert rank == 2
+
+
+def test_unset_rank_is_not_rank_zero() -> None:
+    """ai-dynamo/dynamo#8000: an unresolved DP rank was carried as ``0``, so requests that named
+    no rank were all treated as pinned to rank 0. Expected: no pin (field absent or ``null``,
+    header absent) leaves the choice to the load balancer."""
+    for body in ({"text": "hi"}, {"text": "hi", "routed_dp_rank": None, "data_parallel_rank": None}):
+        assert body_dp_rank(json.dumps(body).encode(), 4) is None
+    assert dp_rank_from_header(None, 4) is None
+
+
+def test_huge_rank_does_not_alias_a_small_one() -> None:
+    """vllm-project/vllm#51178: a requested rank too large for the engine identity must be
+    refused rather than truncated to another rank. Expected: ``2**64 + 1`` (``1`` modulo
+    ``2**64``) and ``2**16 + 1`` are refused, in the body and in the header, never served as
+    rank 1."""
+    for huge in (2**64 + 1, 2**16 + 1):
+        with pytest.raises(ValueError, match="less than dp_size: 2"):
+            body_dp_rank(json.dumps({"routed_dp_rank": huge}).encode(), 2)
+        with pytest.raises(ValueError, match="X-Data-Parallel-Rank"):
+            dp_rank_from_header(str(huge), 2)
+        with pytest.raises(ValueError, match="routed_dp_rank"):
+            check_dp_rank("routed_dp_rank", huge)
+
+
+def test_gateway_refuses_a_rank_past_its_replicas_with_a_400() -> None:
+    """vllm-project/vllm#32314: ``X-data-parallel-rank: 2`` on a server with two local DP ranks
+    indexed past its engines and answered ``500 Internal Server Error``. Expected: a 400 saying the
+    rank is out of range, nothing dispatched. Here on the ``--dp-size 2`` gateway (its router a
+    stub that records what reaches it, its replicas unreachable): the header and the body pin,
+    on an OpenAI route (the ``openai`` client's ``BadRequestError``) and on ``/generate``."""
+    seen: list[str] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(request.path)
+        return web.json_response({})
+
+    router = web.Application()
+    router.router.add_route("*", "/{tail:.*}", record)
+    router_url, stop_router = serve_aiohttp(router)
+    replicas = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
+    url, stop_gateway = serve_aiohttp(create_gateway_app(router_url, replicas), **GATEWAY_SERVER_OPTIONS)
+    try:
+        oa = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as ei:
+            oa.completions.create(model="m", prompt="hi", extra_headers={"X-data-parallel-rank": "2"})
+        assert "less than dp_size: 2" in ei.value.message, ei.value.message
+        with pytest.raises(openai.BadRequestError) as ei:
+            oa.completions.create(model="m", prompt="hi", extra_body={"routed_dp_rank": 2})
+        assert "routed_dp_rank" in ei.value.message, ei.value.message
+        r = requests.post(url + "/generate", json={"text": "hi", "data_parallel_rank": 5}, timeout=10)
+        assert r.status_code == 400, r.text
+        assert "data_parallel_rank" in r.json()["error"]["message"]
+        assert seen == []  # none reached the router
+    finally:
+        stop_gateway()
+        stop_router()
