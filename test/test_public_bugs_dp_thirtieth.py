@@ -10,7 +10,7 @@ records what reaches it (its replicas unreachable).
 Fault found here and fixed: ``--port 65535 --dp-size 2`` passed the argument check, and the
 launcher's port probe took the replica ports ``65536`` / ``65537`` for free ones, so the group
 started replicas that could never listen; the check now refuses it with a ``ValueError`` naming
-``port`` and ``dp_size``.
+``port`` and ``dp_size``, and the port probe reports a port outside ``[1, 65535]``.
 
 Oracles: the TCP port range ``[1, 65535]`` (RFC 793's 16-bit port field), SGLang's documented
 replica layout (replica ``i`` on ``port + 1 + i`` and GPUs ``base_gpu_id + i * tp_size ..``), and
@@ -32,6 +32,7 @@ from sglang_v4.entrypoints.dp_gateway import GATEWAY_SERVER_OPTIONS, body_dp_ran
 from sglang_v4.entrypoints.dp_rank_header import dp_rank_from_header
 from sglang_v4.entrypoints.native_api import check_dp_rank
 from sglang_v4.server_args import ServerArgs
+from sglang_v4.utils import bind_error
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -49,6 +50,10 @@ def test_dp_launch_port_range_refused_before_start() -> None:
         ServerArgs(device="cpu", port=65534, dp_size=2)  # replica 1 would be on 65536
     ok = ServerArgs(device="cpu", port=65533, dp_size=2)  # replicas on 65534, 65535
     assert [replica_args(ok, i).port for i in range(2)] == [65534, 65535]
+    # the launcher's free-port probe: a port past 65535 is not free (getaddrinfo wrapped 65536 to
+    # 0, any port, so the probe passed), 65535 itself is an ordinary port
+    for bad in (65536, 65537, 0, -1):
+        assert (bind_error("127.0.0.1", bad) or "").startswith("port:"), bad
     # a single server may use the top port (no replica ports)
     assert ServerArgs(device="cpu", port=65535).port == 65535
     # the other DP launch combinations stay refused, each naming its field
