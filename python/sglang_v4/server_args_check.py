@@ -500,6 +500,12 @@ def _check_parallel(args: ServerArgs) -> None:
         check_dist_init_addr(str(args.dist_init_addr))
     if args.dp_size > 1 and args.nnodes > 1:
         raise ValueError("dp_size > 1 runs replicas on one node: use nnodes=1 (or one router per node)")
+    if args.dp_size > 1 and args.port + args.dp_size > 65535:
+        # replica i listens on port + 1 + i (sglang_v4.entrypoints.data_parallel.replica_args)
+        raise ValueError(
+            f"port: dp_size={args.dp_size} replicas listen on port + 1 .. port + dp_size, so port "
+            f"must be at most {65535 - args.dp_size} (got {args.port})"
+        )
     if args.router_policy not in ROUTER_POLICY_CHOICES:
         raise ValueError(
             f"router_policy must be one of {list(ROUTER_POLICY_CHOICES)} (got {args.router_policy!r})"

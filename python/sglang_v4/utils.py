@@ -232,8 +232,12 @@ def bind_error(host: str, port: int) -> str | None:
     ``host`` may be a name, an IPv4 or an IPv6 address (the socket family follows it, as
     uvicorn's does). The message starts with the field at fault: ``port:`` when the address is
     taken (and says what to do: stop that process or pick another ``--port``), ``host:`` when the
-    host does not resolve or is not an address of this machine.
+    host does not resolve or is not an address of this machine. A port outside ``[1, 65535]`` (a
+    TCP port is 16 bits; ``getaddrinfo`` would wrap ``65536`` to ``0``, any free port) is a
+    ``port:`` reason too.
     """
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        return f"port: {port!r} is not a TCP port (an integer in [1, 65535])"
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as e:
