@@ -1,15 +1,19 @@
 """The thirtieth set of public bug reports on SGLang's frontend language (``sgl.function``
 programs through ``sglang.RuntimeEndpoint``): the ``/get_model_info`` answer the endpoint reads
 when it is built, and constrained ``gen`` arguments (a Chinese ``regex``, ``json_schema``,
-``dtype=int``) on a server without a grammar backend.
+``dtype=int``) on a server without a grammar backend; and the finish reasons a ``gen``'s meta info
+and the streamed ``/generate`` route report.
 
 Fixture: conftest's session ``plain_fake_server`` (``server_fixture.FakeScheduler``: the fake model
 writes ``FAKE_TEXT``'s tokens over and over; the server is launched with ``--served-model-name
-qa-model``; it builds no grammar backend, so a request with a grammar is refused as on a
-server without xgrammar). Oracles: the fixture's own flags and model directory contents (``config.json`` read
-with ``json.loads``), SGLang's documented ``/get_model_info`` keys, OpenAI's error shape
-(``{"error": {"message", "type", "code"}}``) for a refused request, and ``FAKE_TEXT`` through the
-DeepSeek-V4 tokenizer (``transformers``) for the program run after a refusal. Skipped without the
+qa-model``; it builds no grammar backend, so a request with a grammar is refused as on a server
+without xgrammar). Oracles: the fixture's own flags and model directory contents
+(``config.json`` read with ``json.loads``), SGLang's documented ``/get_model_info`` keys, OpenAI's
+error shape (``{"error": {"message", "type", "code"}}``) for a refused request, SGLang's
+finish-reason objects (``{"type": "length", "length": n}``, ``{"type": "stop", "matched": s}``)
+with Python's ``str.find`` for which stop string ends the text, ``json.loads`` on each streamed
+event, and ``FAKE_TEXT`` through the DeepSeek-V4 tokenizer (``transformers``) for the texts.
+Skipped without the
 ``sglang`` package (the frontend client; not a project dependency). Every report here passed
 as-is and is kept as a regression test.
 """
@@ -100,3 +104,63 @@ def test_sglang_549_1254_constrained_gen_without_grammar_is_a_clear_400(
     assert body["error"]["code"] == 400 and body["error"]["type"] == "BadRequestError", body
     assert f"({field})" in body["error"]["message"], body
     _gen_after_refusal(backend, tok)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_sglang_2013_4550_gen_meta_info_finish_reason(backend: Any, tok: Any, stream: bool) -> None:
+    """sgl-project/sglang#2013 (the finish reason a request reports was wrong) and
+    sgl-project/sglang#4550 (the finish reason was always null, the stop never recorded).
+    Expected, run plainly and streamed: a ``gen`` that runs to ``max_tokens`` reports SGLang's
+    ``{"type": "length", "length": max_tokens}`` with ``completion_tokens`` equal to
+    ``max_tokens``; a ``gen`` cut by one of a list of stop strings reports ``{"type": "stop",
+    "matched": <that string>}`` for the string Python's ``str.find`` finds first in the fake
+    model's text."""
+    full = fake_output_text(tok, 30)
+    stops = ["Done", "lazy"]
+    first = min((s for s in stops if s in full), key=full.find)
+
+    @sgl.function
+    def two(s: Any) -> None:
+        s += "Say something:"
+        s += sgl.gen("long", max_tokens=5, temperature=0)
+        s += "\nAgain:"
+        s += sgl.gen("cut", max_tokens=30, temperature=0, stop=stops)
+
+    st = two.run(backend=backend, stream=stream)
+    if stream:
+        st.text()  # wait for the whole program
+    assert st.error() is None, st.error()
+    long_info = st.get_meta_info("long")
+    assert long_info["finish_reason"] == {"type": "length", "length": 5}, long_info
+    assert long_info["completion_tokens"] == 5
+    assert st["long"] == fake_output_text(tok, 5)
+    cut_info = st.get_meta_info("cut")
+    assert cut_info["finish_reason"] == {"type": "stop", "matched": first}, cut_info
+    assert st["cut"] == full[: full.find(first)]
+
+
+def test_sglang_3391_streamed_generate_finish_reason_is_null_until_the_end(
+    plain_fake_server: ServerHandle, tok: Any
+) -> None:
+    """sgl-project/sglang#3391 (an unfinished streamed chunk carried ``""`` as its finish
+    reason; it must be ``null`` until the request ends), on the streamed ``/generate`` route the
+    frontend reads with ``stream=True``. Expected: every ``data:`` event (``json.loads``) but the
+    last has ``meta_info.finish_reason`` ``None``; the last has ``{"type": "length", "length":
+    6}``; the stream ends with ``data: [DONE]`` and the last event's text is the fake model's six
+    tokens decoded by ``transformers``."""
+    import requests
+
+    body = {
+        "text": "Say something:",
+        "sampling_params": {"max_new_tokens": 6, "temperature": 0},
+        "stream": True,
+    }
+    with requests.post(plain_fake_server.url + "/generate", json=body, stream=True, timeout=60) as r:
+        assert r.status_code == 200
+        lines = [ln.decode() for ln in r.iter_lines() if ln]
+    assert lines[-1] == "data: [DONE]", lines[-3:]
+    events = [json.loads(ln[len("data: ") :]) for ln in lines[:-1]]
+    assert len(events) >= 2
+    assert all(e["meta_info"]["finish_reason"] is None for e in events[:-1]), events
+    assert events[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 6}
+    assert events[-1]["text"] == fake_output_text(tok, 6)
