@@ -2,7 +2,7 @@
 programs through ``sglang.RuntimeEndpoint``): the ``/get_model_info`` answer the endpoint reads
 when it is built, and constrained ``gen`` arguments (a Chinese ``regex``, ``json_schema``,
 ``dtype=int``) on a server without a grammar backend; and the finish reasons a ``gen``'s meta info
-and the streamed ``/generate`` route report.
+and the streamed ``/generate`` route report; the frontend's ``flush_cache``.
 
 Fixture: conftest's session ``plain_fake_server`` (``server_fixture.FakeScheduler``: the fake model
 writes ``FAKE_TEXT``'s tokens over and over; the server is launched with ``--served-model-name
@@ -56,9 +56,9 @@ def test_sglang_12751_get_model_info_serves_what_the_endpoint_reads(backend: Any
     assert info["served_model_name"] == "qa-model"
 
 
-def _gen_after_refusal(backend: Any, tok: Any) -> None:
+def _gen_answers_the_fake_text(backend: Any, tok: Any) -> None:
     """A plain ``gen`` on the same endpoint answers the fake model's text (nothing was left
-    behind by a refused request)."""
+    behind by an earlier refused request or cache flush)."""
 
     @sgl.function
     def plain(s: Any) -> None:
@@ -103,7 +103,7 @@ def test_sglang_549_1254_constrained_gen_without_grammar_is_a_clear_400(
     body = err if isinstance(err, dict) else json.loads(str(err).replace("'", '"'))
     assert body["error"]["code"] == 400 and body["error"]["type"] == "BadRequestError", body
     assert f"({field})" in body["error"]["message"], body
-    _gen_after_refusal(backend, tok)
+    _gen_answers_the_fake_text(backend, tok)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -164,3 +164,20 @@ def test_sglang_3391_streamed_generate_finish_reason_is_null_until_the_end(
     assert all(e["meta_info"]["finish_reason"] is None for e in events[:-1]), events
     assert events[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 6}
     assert events[-1]["text"] == fake_output_text(tok, 6)
+
+
+def test_sglang_jax_384_sglang_9020_frontend_flush_cache(
+    backend: Any, plain_fake_server: ServerHandle, tok: Any
+) -> None:
+    """sgl-project/sglang-jax#384 (``POST /flush_cache`` answered 500 Internal Server Error) and
+    sgl-project/sglang#9020 (callers of ``/flush_cache`` need a success status they can check).
+    Expected: the frontend's ``RuntimeEndpoint.flush_cache()`` (a ``POST``) raises nothing; a
+    plain ``POST`` and ``GET`` of ``/flush_cache`` on the idle server answer 200; a program run
+    afterwards still answers the fake model's text."""
+    import requests
+
+    backend.flush_cache()
+    for method in ("POST", "GET"):
+        r = requests.request(method, plain_fake_server.url + "/flush_cache", timeout=30)
+        assert r.status_code == 200, (method, r.status_code, r.text)
+    _gen_answers_the_fake_text(backend, tok)
