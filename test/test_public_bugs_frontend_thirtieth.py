@@ -2,7 +2,8 @@
 programs through ``sglang.RuntimeEndpoint``): the ``/get_model_info`` answer the endpoint reads
 when it is built, and constrained ``gen`` arguments (a Chinese ``regex``, ``json_schema``,
 ``dtype=int``) on a server without a grammar backend; and the finish reasons a ``gen``'s meta info
-and the streamed ``/generate`` route report; the frontend's ``flush_cache``.
+and the streamed ``/generate`` route report; the frontend's ``flush_cache``; ``run_batch`` defaults against a ``gen``'s own
+arguments.
 
 Fixture: conftest's session ``plain_fake_server`` (``server_fixture.FakeScheduler``: the fake model
 writes ``FAKE_TEXT``'s tokens over and over; the server is launched with ``--served-model-name
@@ -181,3 +182,29 @@ def test_sglang_jax_384_sglang_9020_frontend_flush_cache(
         r = requests.request(method, plain_fake_server.url + "/flush_cache", timeout=30)
         assert r.status_code == 200, (method, r.status_code, r.text)
     _gen_answers_the_fake_text(backend, tok)
+
+
+def test_sglang_846_gen_arguments_override_run_batch_defaults(backend: Any, tok: Any) -> None:
+    """sgl-project/sglang#846 (sampling parameters set both on ``run_batch`` and in ``sgl.gen``:
+    which one is sent?). Expected, per the maintainers' answer: ``run_batch``'s arguments are
+    the defaults and a ``gen``'s own argument wins. With ``run_batch(max_new_tokens=3)``, a
+    ``gen(max_tokens=5)`` writes the fake model's 5 tokens (``length`` 5) and a ``gen`` without
+    ``max_tokens`` writes 3, for every program of the batch."""
+
+    @sgl.function
+    def two(s: Any, prompt: str) -> None:
+        s += prompt
+        s += sgl.gen("own", max_tokens=5, temperature=0)
+        s += "\n"
+        s += sgl.gen("default", temperature=0)
+
+    states = two.run_batch(
+        [{"prompt": "Hello:"}, {"prompt": "Hi there:"}], backend=backend, max_new_tokens=3, temperature=10
+    )
+    assert len(states) == 2
+    for st in states:
+        assert st.error() is None, st.error()
+        assert st["own"] == fake_output_text(tok, 5)
+        assert st.get_meta_info("own")["finish_reason"] == {"type": "length", "length": 5}
+        assert st["default"] == fake_output_text(tok, 3)
+        assert st.get_meta_info("default")["finish_reason"] == {"type": "length", "length": 3}
