@@ -1,6 +1,8 @@
 """Public bug reports on KV pages leaking or held too long: one page per request never returned
 across a run of sequential requests, pages of requests aborted mid-prefill or in the queue while
-others decode, and retracted requests whose request slot is reused by a newcomer.
+others decode, retracted requests whose request slot is reused by a newcomer, pages returned on
+every finish path (stop token, length, abort), and requests that together fit the pool exactly
+being run together rather than queued.
 
 In-process schedulers on the ``sched_model_dir`` checkpoint (fp32, 256-token pages). Oracles: the
 page arithmetic (a request of ``L`` tokens holds ``ceil(L / page_size)`` block pages), the
@@ -131,4 +133,34 @@ def test_requests_that_fit_the_pool_together_all_run_together(sched: Any) -> Non
     assert sched.num_retractions == retractions
     for rid, ids in want.items():
         assert got.get(rid, {"ids": []})["ids"] + rest[rid]["ids"] == ids, rid
+    assert_idle(sched)
+
+
+def test_every_finish_path_returns_the_pages_of_concurrent_requests(sched: Any) -> None:
+    """nod-ai/amd-shark-ai#1261 (a sequence was cleared from the KV cache when it ended on EOS but
+    not when it hit ``max_completion_tokens``: a run of requests then exhausted the cache) and
+    sgl-project/sglang#140 (``KV cache pool leak detected`` under a batch of requests): three
+    concurrent requests end on three paths in the same batch (a stop token id, the length cap,
+    an abort), the stopped one at the token a cold run gives; afterwards the KV held by requests
+    is 0, every request slot is free and the only used pages are the radix tree's."""
+    stop_prompt = random_ids(PAGE + 30, seed=3400)
+    cold = cold_output_ids(sched, "cstop", stop_prompt, 4)
+    stop_id = cold[2]
+    want_stop = cold[: cold.index(stop_id) + 1]
+    # SGLang checks ``stop_token_ids`` with the EOS ids, so only when ``ignore_eos`` is off
+    submit(sched, "stop", stop_prompt, 4, ignore_eos=False, sampling={"stop_token_ids": [stop_id]})
+    submit(sched, "len", random_ids(60, seed=3401), 4)
+    submit(sched, "ab", random_ids(PAGE - 20, seed=3402), 40)
+    got = step_outputs(sched, 2)
+    sched.abort_request("ab")
+    rest = drain(sched)
+    res = {rid: got.get(rid, {"ids": []})["ids"] + rest.get(rid, {"ids": []})["ids"] for rid in rest}
+    assert rest["stop"]["finish"]["type"] == "stop" and res["stop"] == want_stop
+    assert rest["len"]["finish"]["type"] == "length" and len(res["len"]) == 4
+    assert rest["ab"]["finish"]["type"] == "abort"
+    pool = sched.pool
+    assert _held_tokens(sched) == 0
+    assert pool.req_slots.available == pool.req_slots.size
+    assert pool.block_alloc.used == sched.tree_cache.total_pages()[0]
+    sched.cache_manager.check_integrity([])
     assert_idle(sched)
