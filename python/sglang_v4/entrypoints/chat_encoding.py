@@ -40,7 +40,9 @@ DeepSeek's published reference encoder):
   wanted (a new assistant turn), so that a prompt never ends at bare system text or at EOS. In
   thinking mode *without* tools, earlier turns are "dropped thinking": only turns from the last
   user turn on open ``<think>``, only assistant turns after it keep their reasoning, and developer
-  turns before it are left out. With tools every turn keeps its thinking, and so it does without
+  turns before it are left out; with a generation prompt every given assistant turn is a finished
+  earlier one and none keeps its reasoning (DeepSeek's converter, ``deepseek-recipe``, as SGLang
+  renders DeepSeek-V4 prompts). With tools every turn keeps its thinking, and so it does without
   tools when the caller turns the dropping off (the reference encoder's ``drop_thinking=False``,
   which vLLM's DeepSeek-V4 chat encoding takes from ``chat_template_kwargs``);
 * an ``assistant`` message is ``[reasoning + "</think>"] + content + [tool calls] + EOS``; tool
@@ -375,8 +377,9 @@ def encode_messages(
         add_bos: start with BOS.
         reasoning_effort_profile: the checkpoint's effort profile (:data:`REASONING_EFFORT_PROFILES`).
         drop_thinking: in thinking mode without tools, leave out the reasoning of the assistant
-            turns before the last user turn (and developer turns before it), as the reference
-            encoder does by default; False keeps every turn's reasoning, as with tools.
+            turns before the last user turn (and developer turns before it), and with a
+            generation prompt of every given assistant turn, as DeepSeek's encoders do by
+            default; False keeps every turn's reasoning, as with tools.
         response_format: the request's OpenAI ``response_format``; ``json_schema`` and
             ``json_object`` add their "## Response Format" section to the system block
             (:mod:`sglang_v4.entrypoints.chat_encoding_response_format`).
@@ -441,6 +444,13 @@ def render_messages(
         turns = [t for i, t in enumerate(turns) if not (t["role"] == "developer" and i < cut)]
     last_user = last_user_index()
 
+    def keeps_thinking(i: int) -> bool:
+        # With a generation prompt, every given assistant turn is a finished earlier turn: under
+        # dropped thinking none keeps its reasoning (DeepSeek's converter, ``deepseek-recipe``);
+        # without one (a continuation, or the whole conversation), the turns after the last user
+        # turn are the current one and keep it.
+        return thinking and (not drop or (i > last_user and not add_generation_prompt))
+
     segs: list[Segment] = [(BOS, False)] if add_bos else []
     if thinking and effort_prefix:
         segs.append((effort_prefix, False))
@@ -452,12 +462,12 @@ def render_messages(
         elif role in ("user", "developer"):
             segs += [(USER, False), *t["segs"]]
         else:  # assistant
-            keeps_thinking = thinking and (not drop or i > last_user)
+            keeps = keeps_thinking(i)
             if i == 0 or turns[i - 1]["role"] == "assistant":
                 # no user / system turn opened this one (the conversation starts with it, or it
                 # follows another assistant turn): it opens itself, as DeepSeek's encoder does
-                segs.append((ASSISTANT + (THINK_START if keeps_thinking else THINK_END), False))
-            if keeps_thinking:
+                segs.append((ASSISTANT + (THINK_START if keeps else THINK_END), False))
+            if keeps:
                 rc = t.get("reasoning_content")
                 segs += [(rc if isinstance(rc, str) else "", True), (THINK_END, False)]
             segs += [*t["segs"], *t.get("dsml", []), (EOS, False)]
@@ -465,9 +475,10 @@ def render_messages(
         # follows, and after the last turn (an assistant one too) when a generation prompt is
         # wanted: a prompt never ends at a bare system text or EOS.
         nxt = turns[i + 1]["role"] if i + 1 < n else None
-        if (nxt == "assistant" and role != "assistant") or (nxt is None and add_generation_prompt):
-            opens_thinking = thinking and (not drop or i >= last_user)
-            segs.append((ASSISTANT + (THINK_START if opens_thinking else THINK_END), False))
+        if nxt == "assistant" and role != "assistant":
+            segs.append((ASSISTANT + (THINK_START if keeps_thinking(i + 1) else THINK_END), False))
+        elif nxt is None and add_generation_prompt:
+            segs.append((ASSISTANT + (THINK_START if thinking else THINK_END), False))
     return _assemble(segs)
 
 
