@@ -10,7 +10,8 @@ chat path, :mod:`.serving_responses`).
   thing: a user-tier turn, which thinking mode leaves out before the last user turn); ``reasoning``,
   assistant ``message`` and ``function_call`` items that follow one another form one assistant
   turn (``reasoning_content``, ``content``, ``tool_calls`` with the item's ``call_id`` as the call
-  id), as one response's output is one turn, and so do a ``reasoning`` item and the turn's
+  id; the texts of consecutive assistant messages joined by a blank line, empty ones skipped),
+  as one response's output is one turn, and so do a ``reasoning`` item and the turn's
   first assistant ``message`` that come after its calls and before their outputs (clients replay
   a response's text after its calls; OpenAI pairs a call with its output by ``call_id``, not by
   adjacency), the turn rendered in the model's own order: reasoning, text, calls; a
@@ -281,8 +282,11 @@ def _input_messages(items: str | Sequence[Any], history: Sequence[Mapping[str, A
                     # text (calls and outputs pair by call_id, not by adjacency; module docstring)
                     calling["content"] = text
                 else:
-                    t = assistant_turn(("content", "tool_calls"))
-                    t["content"] = text
+                    # consecutive assistant messages are one turn's text, the non-empty ones
+                    # joined by a blank line (DeepSeek's Responses converter)
+                    t = assistant_turn(("tool_calls",))
+                    had = t.get("content")
+                    t["content"] = f"{had}\n\n{text}" if had and text else had or text
                     last_calls, answered = set(), set()
             else:
                 turn = None
