@@ -275,19 +275,24 @@ def test_tool_choice_is_enforced_as_on_chat_completions(
 def test_empty_thinking_opens_no_unclosed_block(tok: PreTrainedTokenizerFast) -> None:
     """looplj/axonhub#1135: an empty thinking (the model closes its reasoning at once) left a
     content block that was never stopped, and the client's stream hung on it. Here every
-    ``content_block_start`` has its ``content_block_stop`` (checked by ``post``), no empty
-    thinking block is sent, and the SDK's accumulated message equals the whole one: the answer
-    text only."""
+    ``content_block_start`` has its ``content_block_stop`` (checked by ``post``); the empty
+    thinking is an empty ``thinking`` block (closed with its signature) before the answer, as
+    DeepSeek's own Messages response generator (``deepseek-recipe``) writes it, and the SDK's
+    accumulated message equals the whole one."""
     tm = PromptTM(tok, reply="</think>Paris.")
     client, _, tc = make_clients(tm)
     body, events = post(tc, {"messages": USER, "thinking": THINK})
-    assert body["content"] == [{"type": "text", "text": "Paris."}]
+    assert [{k: v for k, v in b.items() if k != "signature"} for b in body["content"]] == [
+        {"type": "thinking", "thinking": ""},
+        {"type": "text", "text": "Paris."},
+    ]
     starts = [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"]
     stops = [e for e in events if e["type"] == "content_block_stop"]
-    assert starts == ["text"] and len(stops) == 1
+    assert starts == ["thinking", "text"] and len(stops) == 2
     with client.messages.stream(model=MODEL, max_tokens=100, messages=USER, thinking=THINK) as s:
         final = s.get_final_message()
-    assert [(b.type, getattr(b, "text", None)) for b in final.content] == [("text", "Paris.")]
+    got = [(b.type, getattr(b, "thinking", getattr(b, "text", None))) for b in final.content]
+    assert got == [("thinking", ""), ("text", "Paris.")]
 
 
 def test_max_tokens_spent_in_thinking_is_a_thinking_block_and_max_tokens(

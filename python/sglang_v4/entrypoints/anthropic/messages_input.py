@@ -20,8 +20,8 @@
   must be a boolean and adds nothing to the prompt, as DeepSeek's own Messages converter
   (``deepseek-recipe``), SGLang's and vLLM's Anthropic adapters render it; the tool's own error
   text tells the model the call failed). The blocks keep their order: ``[tool_result, tool_result, text]`` is two tool messages
-  and then a user message. Each ``tool_use`` needs its ``tool_result`` in the very next message
-  (Anthropic's 400 ``messages.N: `tool_use` ids were found without `tool_result` blocks
+  and then a user message. Each ``tool_use`` needs its ``tool_result`` in the very next message,
+  the results before any ``text`` block of it (Anthropic's 400 ``messages.N: `tool_use` ids were found without `tool_result` blocks
   immediately after``, N that next message). An ``assistant`` message's ``text`` blocks are its content
   (empty blocks before its first text add nothing: :func:`_join_assistant_texts`; text written
   after its ``tool_use`` blocks renders before the calls, where the template writes a turn's text),
@@ -323,7 +323,9 @@ def _check_tool_uses_answered(
     calls: Sequence[str], converted: Sequence[Mapping[str, Any]], index: int
 ) -> None:
     """The message right after an assistant message with ``tool_use`` blocks (``index``, converted
-    to ``converted``) answers each of them with a ``tool_result`` block.
+    to ``converted``) answers each of them with a ``tool_result`` block among the blocks it opens
+    with: a result after a ``text`` block (an empty one too) does not count, since the results
+    must come first and any text after them (Anthropic's tool-use guide).
 
     Anthropic's rule and words (DeepSeek's own Messages converter refuses it alike).
 
@@ -331,7 +333,11 @@ def _check_tool_uses_answered(
         RequestError: 400 ``messages.{index}: `tool_use` ids were found without `tool_result`
             blocks immediately after: <ids>. ...`` (``param`` ``messages.{index}``).
     """
-    answered = {m.get("tool_call_id") for m in converted if m.get("role") == "tool"}
+    answered: set[Any] = set()
+    for m in converted:  # the leading tool messages: the results before any text
+        if m.get("role") != "tool":
+            break
+        answered.add(m.get("tool_call_id"))
     missing = [c for c in calls if c not in answered]
     if missing:
         raise _error(

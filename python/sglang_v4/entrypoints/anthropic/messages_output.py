@@ -28,7 +28,9 @@ stream ends. With the SSE keep-alive on (``--sse-keep-alive-interval``) a silent
 comments); when the interval passes before the first output, ``message_start`` (its ``usage``
 from the prompt's token count, :func:`prompt_usage`) and its ``ping`` go out first, so no event
 precedes ``message_start``. A thinking-mode reply that ends without ever closing its reasoning
-is a ``thinking`` block only, streamed or not (as on chat completions).
+is a ``thinking`` block only, streamed or not (as on chat completions); in thinking mode a reply
+that reasoned nothing (``</think>`` first) still opens with a ``thinking`` block, an empty one, as
+DeepSeek's own Messages response generator (``deepseek-recipe``) writes it.
 """
 
 from __future__ import annotations
@@ -83,14 +85,18 @@ def tool_input(arguments: str) -> dict[str, Any]:
     return {} if value is None else value
 
 
-def message_content(out: ChoiceOutput, omit_thinking: bool = False) -> list[ContentBlock]:
+def message_content(
+    out: ChoiceOutput, omit_thinking: bool = False, thinking_mode: bool = False
+) -> list[ContentBlock]:
     """The content blocks of a finished choice: thinking, text, tool uses (module docstring);
     ``omit_thinking`` (``thinking.display: "omitted"``): the thinking block's text left empty,
-    its ``signature`` kept."""
+    its ``signature`` kept; ``thinking_mode`` (the reasoning read apart): a thinking block even
+    when the model reasoned nothing (an empty one)."""
     blocks: list[ContentBlock] = []
-    if out.reasoning:
-        shown = "" if omit_thinking else out.reasoning
-        blocks.append(ThinkingBlock(thinking=shown, signature=thinking_signature(out.reasoning)))
+    if out.reasoning or thinking_mode:
+        reasoning = out.reasoning or ""
+        shown = "" if omit_thinking else reasoning
+        blocks.append(ThinkingBlock(thinking=shown, signature=thinking_signature(reasoning)))
     content, after = out.content or "", out.content_after_calls
     before = content[: len(content) - len(after)] if after and content.endswith(after) else content
     if before:
@@ -197,11 +203,17 @@ class MessageEvents:
         start: the ``message`` of ``message_start`` (empty content, the prompt's usage).
         omit_thinking: ``thinking.display: "omitted"``: a thinking block sends no
             ``thinking_delta``, only its ``signature_delta``.
+        thinking_mode: the reasoning is read apart (thinking on): the message opens with a
+            thinking block, an empty one when the model reasoned nothing (as
+            :func:`message_content`, and DeepSeek's own Messages event generator).
     """
 
-    def __init__(self, start: AnthropicMessage, omit_thinking: bool = False) -> None:
+    def __init__(
+        self, start: AnthropicMessage, omit_thinking: bool = False, thinking_mode: bool = False
+    ) -> None:
         self.message = start
         self.omit_thinking = omit_thinking
+        self.thinking_mode = thinking_mode
         self.n_blocks = 0
         self.open: Any = None  # "thinking", "text" or ("tool_use", call index)
         self.thinking = ""
@@ -217,6 +229,12 @@ class MessageEvents:
         self.open = key
         self.n_blocks += 1
         return out + [sse_event("content_block_start", {"index": self.n_blocks - 1, "content_block": block})]
+
+    def _first_thinking(self) -> list[bytes]:
+        """The opening of an empty thinking block, in thinking mode before any other block."""
+        if not self.thinking_mode or self.n_blocks:
+            return []
+        return self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""})
 
     def _delta(self, delta: dict[str, Any]) -> bytes:
         return sse_event("content_block_delta", {"index": self.n_blocks - 1, "delta": delta})
@@ -241,7 +259,8 @@ class MessageEvents:
             text = text.lstrip()  # as message_content: the block boundary separates the texts
         if not text:
             return []
-        out = [] if self.open == "text" else self._open("text", {"type": "text", "text": ""})
+        out = self._first_thinking()
+        out += [] if self.open == "text" else self._open("text", {"type": "text", "text": ""})
         return out + [self._delta({"type": "text_delta", "text": text})]
 
     def call(self, d: ToolCallDelta) -> list[bytes]:
@@ -261,7 +280,7 @@ class MessageEvents:
             if d.name is None or d.id is None:  # a fragment of a call already closed: none is sent
                 return out
             block = {"type": "tool_use", "id": tool_use_id(d.id), "name": d.name, "input": {}}
-            out += self._open(key, block)
+            out += self._first_thinking() + self._open(key, block)
             self.after_call = True
             self.arguments = JsonObjectPrefixReader()
         if d.arguments and self.arguments.feed(d.arguments):
@@ -285,9 +304,14 @@ class MessageEvents:
     def finish(self, reason: StopReason, sequence: str | None, usage: MessagesUsage) -> list[bytes]:
         """The open block closed, ``message_delta`` (stop reason, usage) and ``message_stop``."""
         delta = {"stop_reason": reason, "stop_sequence": sequence}
-        return self.close() + [
-            sse_event(
-                "message_delta", {"delta": delta, "usage": usage.model_dump(mode="json", exclude_none=True)}
-            ),
-            sse_event("message_stop", {}),
-        ]
+        return (
+            self._first_thinking()
+            + self.close()
+            + [
+                sse_event(
+                    "message_delta",
+                    {"delta": delta, "usage": usage.model_dump(mode="json", exclude_none=True)},
+                ),
+                sse_event("message_stop", {}),
+            ]
+        )

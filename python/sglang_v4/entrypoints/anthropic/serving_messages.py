@@ -238,7 +238,9 @@ class AnthropicServing:
         )
         msg = AnthropicMessage(
             model=req.model,
-            content=message_content(out, omit_thinking=thinking_omitted(req.thinking)),
+            content=message_content(
+                out, omit_thinking=thinking_omitted(req.thinking), thinking_mode=run.separate
+            ),
             stop_reason=reason,
             stop_sequence=sequence,
             usage=_tiered(message_usage(meta, self.chat.enable_cache_report), req),
@@ -312,6 +314,7 @@ class AnthropicServing:
                     model=req.model, usage=_tiered(prompt_usage(self._prompt_tokens(run), cache_report), req)
                 ),
                 omit_thinking=omit,
+                thinking_mode=run.separate,
             )
             if isinstance(first, PendingFirst)
             else None
@@ -331,7 +334,7 @@ class AnthropicServing:
                         model=req.model,
                         usage=_tiered(message_usage(first_meta, cache_report, output_tokens=0), req),
                     )
-                    events = MessageEvents(start, omit_thinking=omit)
+                    events = MessageEvents(start, omit_thinking=omit, thinking_mode=run.separate)
                     for ev in events.start():
                         yield ev
                 async for item in _engine_outputs(gen, head):

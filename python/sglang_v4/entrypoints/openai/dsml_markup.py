@@ -88,6 +88,15 @@ class DsmlMarkupScrub:
         self._buf = out[len(out) - ws :] + buf[hold:]
         return out[: len(out) - ws]
 
+    def release_whitespace(self) -> str:
+        """The whitespace held back at the end of the text read so far (``""`` when the tail held
+        is more than whitespace, or follows a dropped tag): the caller knows no tag follows it,
+        since a tool-call block starts there and the parser read the block's markup."""
+        if not self._buf or self._buf.strip() or self._after_tag:
+            return ""
+        out, self._buf = self._buf, ""
+        return out
+
     def finish(self) -> str:
         """End of the text: what was held back (an unfinished tag dropped)."""
         rest, self._buf = self._buf + self._bars.finish(), ""
@@ -182,7 +191,10 @@ class DsmlAnswerReader:
     def feed(self, text: str) -> tuple[str, list[ToolCallDelta]]:
         """Read the next generated text; returns ``(content_delta, tool_call_deltas)``."""
         content, deltas = self.inner.feed(text)
-        return self.scrub.feed(content), self._kept(deltas)
+        out = self.scrub.feed(content)
+        if deltas:  # a call began: the whitespace held before its block was text written before it
+            out += self.scrub.release_whitespace()
+        return out, self._kept(deltas)
 
     def finish(self, stopped: bool = False) -> tuple[str, list[ToolCallDelta]]:
         """End of the generation (``stopped``: see :meth:`~.tool_parser.DsmlToolParser.finish`)."""

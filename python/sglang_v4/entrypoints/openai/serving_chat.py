@@ -405,12 +405,21 @@ class ChatMixin(ChatStreamMixin):
         after = ""
         parser = plan.tool_reader(TOOL_CALL_PARSERS[self.tool_call_parser])
         if parser is not None:
-            # fed in two parts, as a stream may be: the text before the first DSML tag, then the
-            # rest (whose content was written after the calls began)
+            # fed as a stream may be: the text before the first DSML tag, then the rest cut after
+            # each ">"; what comes out before the first call's delta (whitespace held in front of
+            # the block) was written before the calls, the rest after them began
             tag = _DSML_TAG.search(text)
             cut = tag.start() if tag else len(text)
-            before = parser.feed(text[:cut])[0]
-            after = parser.feed(text[cut:])[0] + parser.finish(stopped=fr == "stop")[0]
+            before, _ = parser.feed(text[:cut])
+            started = False
+            for piece in re.split(r"(?<=>)", text[cut:]):
+                c, deltas = parser.feed(piece)
+                if started:
+                    after += c
+                else:
+                    before += c
+                    started = bool(deltas)
+            after += parser.finish(stopped=fr == "stop")[0]
             content = before + after
             calls = parser.calls
             if calls:
