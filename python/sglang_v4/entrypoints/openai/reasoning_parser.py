@@ -288,10 +288,10 @@ class ReasoningParser:
         the reasoning, the first characters of an end marker held back are reasoning text (module
         docstring)."""
         rest, self._buf = self._buf + self._bars.finish(), ""
-        if not self._started:
-            rest = rest.lstrip()
-            if rest.startswith(THINK_START):
-                rest = rest[len(THINK_START) :]
+        if not self._started:  # whitespace only, or the first characters of ``<think>``
+            stripped = rest.lstrip()
+            if stripped.startswith(THINK_START):
+                rest = stripped[len(THINK_START) :]
             self._started = True
         if self.in_reasoning:  # cut without an end: trailing newlines are the reasoning's text
             out = self._held_reasoning + self._trim_reasoning(rest, ended=False) + self._held_newlines
