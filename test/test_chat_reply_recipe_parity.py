@@ -18,8 +18,7 @@ difference of this server:
 * text after the block stays content (vllm-project/vllm#56184);
 * a reply cut by ``max_tokens`` inside DSML markup: no markup fragment reaches ``content`` or
   ``arguments`` here (:mod:`~sglang_v4.entrypoints.openai.tool_parser`), so the cuts are at the
-  end of an invoke;
-* a chat-mode answer never starts with newlines here (DeepSeek's parser drops them).
+  end of an invoke.
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ JSON_PARAMS = ["days", "obj", "flag", "city", "s"]
 STRING_VALUES = ["Paris", "a b", "x\ny", '{"q":1}', "3", "", " sp "]
 JSON_VALUES = ["3", "true", "null", '{"a": [1, {"b": null}]}', "[1,2]", "1.5", '"q"']
 REASONING = ["hmm", "let me think\n", "", " r ", "  ", " \t", "  <", " <th", "\nstep"]
-ANSWERS = ["", "Sure.", "ans\n", "  ", " \nok"]
+ANSWERS = ["", "Sure.", "ans\n", "  ", " \nok", "\nok", "\n\n"]
 
 
 def _invoke(rng: random.Random) -> str:
@@ -141,3 +140,20 @@ def test_reasoning_that_starts_with_whitespace_keeps_it(tok: Any, reply: str) ->
         assert want == reply
         for stream in (False, True):
             assert _ours(tok, body, reply, stream, finish)["reasoning_content"] == want, (finish, stream)
+
+
+@pytest.mark.parametrize("reply", ["\nAnswer.", "\n\n \nA", "\n\n"])
+@pytest.mark.parametrize("tools", [False, True])
+def test_chat_mode_answer_drops_its_leading_newlines(tok: Any, reply: str, tools: bool) -> None:
+    """Found by the random set: in chat mode the prompt ends with ``</think>``, and the newlines
+    the answer starts with leave the content, as after a ``</think>`` the model writes in
+    thinking mode; DeepSeek's parser reads the answer so."""
+    body: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "chat_template_kwargs": {"thinking": False},
+        **({"tools": TOOLS} if tools else {}),
+    }
+    want = recipe_message(body, reply, False)["content"] or ""
+    assert want == reply.lstrip("\n")
+    for stream in (False, True):
+        assert (_ours(tok, body, reply, stream, "stop")["content"] or "") == want, stream
