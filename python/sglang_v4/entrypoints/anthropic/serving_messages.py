@@ -275,7 +275,7 @@ class AnthropicServing:
         rp = (
             ReasoningParser(implicit_end=plan.reasoning.implicit_end, continued=plan.reasoning.continued)
             if run.separate
-            else None
+            else (ReasoningParser.answer() if plan.reasoning.answer_only else None)
         )
         st = _ChoiceStream(rp, plan.tool_reader(TOOL_CALL_PARSERS[self.chat.tool_call_parser]))
         cache_report = self.chat.enable_cache_report

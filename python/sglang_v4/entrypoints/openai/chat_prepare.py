@@ -459,6 +459,8 @@ class ChatPrepareMixin(OpenAIServingBase):
         if spec.separate and (req.continue_final_message or req.messages[-1].prefix):
             # the output continues the final turn's open reasoning (_render): no fresh block
             spec = replace(spec, continued=msgs[-1].get("role") == "assistant")
+        elif spec.answer_only and (req.continue_final_message or req.messages[-1].prefix):
+            spec = replace(spec, answer_only=False)  # the output continues the final turn's text
         schemas = {fn["name"]: fn.get("parameters") for fn in functions}
         plan = ChatPlan(
             rendered.text,

@@ -8,7 +8,8 @@ leading ``<think>`` is dropped. Newlines are trimmed as DeepSeek's response pars
 ``</think>`` leave ``reasoning_content`` (jundot/omlx#3667: a reasoning that starts with the
 model's newline shows an empty first line; a reasoning cut without ``</think>`` keeps its trailing
 ones, nothing says they were its last, and one continuing a reasoning the prompt began keeps its
-leading ones), and those right after ``</think>`` leave the content.
+leading ones), and those right after ``</think>`` leave the content (a chat-mode answer's leading ones too: its
+prompt ends with ``</think>``, :attr:`ReasoningSpec.answer_only`).
 Other whitespace there (a space, a tab) is text, as DeepSeek's parser reads it: the next turn's
 prompt renders ``reasoning + "</think>" + content``, which then repeats what the model wrote
 (SGLang strips all whitespace after the tag, and the prompt loses it).
@@ -110,11 +111,16 @@ class ReasoningSpec:
         implicit_end: markers that end the reasoning without ``</think>`` (kept in the content).
         continued: the output continues a reasoning the prompt already began (prefix completion
             of a turn holding only ``reasoning_content``): its leading newlines are its text.
+        answer_only: the prompt ends with ``</think>`` (chat mode, not continuing a final turn):
+            the output is the answer, and its leading newlines leave the content as they do
+            right after a ``</think>`` the model writes (DeepSeek's response parser,
+            ``deepseek-recipe``, reads a chat-mode answer so); see :meth:`ReasoningParser.answer`.
     """
 
     separate: bool
     implicit_end: tuple[str, ...] = ()
     continued: bool = False
+    answer_only: bool = False
 
 
 def reasoning_spec(parser: str, thinking: bool, tool_block_start: str | None = None) -> ReasoningSpec:
@@ -128,9 +134,9 @@ def reasoning_spec(parser: str, thinking: bool, tool_block_start: str | None = N
     if parser == "deepseek-r1":
         return ReasoningSpec(separate=True)
     if parser == "deepseek-v3":
-        return ReasoningSpec(separate=thinking)
+        return ReasoningSpec(separate=thinking, answer_only=not thinking)
     implicit = (tool_block_start, BARE_INVOKE_START) if tool_block_start else ()
-    return ReasoningSpec(separate=thinking, implicit_end=implicit)
+    return ReasoningSpec(separate=thinking, implicit_end=implicit, answer_only=not thinking)
 
 
 def split_reasoning(
@@ -185,6 +191,13 @@ class ReasoningParser:
     #: awaited, then ``""`` while a late ``</think>`` right after it may still come; None: neither
     _late_tag_after: str | None = None
     _bars: DsmlBarNormalizer = field(default_factory=DsmlBarNormalizer)  # with implicit_end only
+
+    @classmethod
+    def answer(cls) -> ReasoningParser:
+        """A parser of an output that starts after ``</think>`` (a chat-mode prompt ends with
+        it, :attr:`ReasoningSpec.answer_only`): every piece is content, its leading newlines
+        dropped as after a ``</think>`` the model writes."""
+        return cls(in_reasoning=False, _started=True, _strip_content_ws=True)
 
     def feed(self, delta: str) -> tuple[str, str]:
         """Consume a text delta.
@@ -288,10 +301,10 @@ class ReasoningParser:
         the reasoning, the first characters of an end marker held back are reasoning text (module
         docstring)."""
         rest, self._buf = self._buf + self._bars.finish(), ""
-        if not self._started:
-            rest = rest.lstrip()
-            if rest.startswith(THINK_START):
-                rest = rest[len(THINK_START) :]
+        if not self._started:  # whitespace only, or the first characters of ``<think>``
+            stripped = rest.lstrip()
+            if stripped.startswith(THINK_START):
+                rest = stripped[len(THINK_START) :]
             self._started = True
         if self.in_reasoning:  # cut without an end: trailing newlines are the reasoning's text
             out = self._held_reasoning + self._trim_reasoning(rest, ended=False) + self._held_newlines

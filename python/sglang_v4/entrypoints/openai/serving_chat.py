@@ -400,6 +400,8 @@ class ChatMixin(ChatStreamMixin):
             reasoning, text = split_reasoning(text, plan.reasoning.implicit_end, plan.reasoning.continued)
             reasoning = scrub_dsml(reasoning) if reasoning else reasoning  # no DSML tag in it
             reasoning_tokens = self._reasoning_tokens(ret.get("output_ids") or [], reasoning)
+        elif plan.reasoning.answer_only:  # after the prompt's </think> (ReasoningParser.answer)
+            text = text.lstrip("\n")
         calls: list[ParsedToolCall] = []
         content: str | None = text
         after = ""

@@ -226,7 +226,7 @@ class ChatStreamMixin(ChatPrepareMixin):
         running_rt: dict[int, int] = {}
 
         def new_state() -> _ChoiceStream:
-            rp = None
+            rp = ReasoningParser.answer() if plan.reasoning.answer_only else None
             if separate:
                 rp = ReasoningParser(
                     stream_reasoning=req.stream_reasoning,

@@ -468,7 +468,7 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         rp = (
             ReasoningParser(implicit_end=plan.reasoning.implicit_end, continued=plan.reasoning.continued)
             if run.separate
-            else None
+            else (ReasoningParser.answer() if plan.reasoning.answer_only else None)
         )
         block = TOOL_CALL_PARSERS[self.tool_call_parser]
         tp = plan.tool_reader(block)
