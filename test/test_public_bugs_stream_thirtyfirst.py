@@ -16,13 +16,14 @@ accumulator, ``requests``' own charset rule for a response (``get_encoding_from_
 reply text as written (the DeepSeek-V4 tokenizer round-trips it), and OpenAI's / Anthropic's API
 references (every chunk of a completion shares ``id`` and ``created``; with ``include_usage`` all
 chunks but the last carry ``usage: null``; a Messages stream ends with ``message_delta`` then
-``message_stop``).
+``message_stop``), and the Responses stream's ``sequence_number`` on every event.
 
 Every report passed as it was; the tests are regression guards.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import AsyncIterator
@@ -33,7 +34,9 @@ from anthropic_testutil import CHAT_WEATHER, WEATHER, make_clients, stream_event
 from fake_prompt_tm import CALL, PromptTM
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
+from openai.types.responses import ResponseStreamEvent
 from openai_fake_tm import FakeTM, app_client, oai_client, sse_data_events
+from pydantic import TypeAdapter
 from requests.utils import get_encoding_from_headers
 from responses_testutil import sse
 from sglang_v4.managers.io_struct import GenerateReqInput
@@ -329,3 +332,40 @@ def test_llama_cpp_28926_multibyte_tool_arguments_stream_whole(tok: Any) -> None
     ]
     assert all("\ufffd" not in p for p in parts)
     assert json.loads("".join(parts)) == want
+
+
+# --------------------------------------------------------------------------- Responses events
+
+
+@functools.cache
+def _response_events() -> TypeAdapter[Any]:
+    """The ``openai`` client's ``ResponseStreamEvent`` union as a validator (built once)."""
+    return TypeAdapter(ResponseStreamEvent)
+
+
+@pytest.mark.parametrize("limit", [None, 3])
+def test_openai_php_764_every_responses_event_has_the_next_sequence_number(tok: Any, limit: Any) -> None:
+    """openai-php/client#764 and Blaizzy/mlx-vlm#494 (Responses stream events such as
+    ``output_item.added`` / ``content_part.done`` / ``output_text.done`` lacked
+    ``sequence_number``, which OpenAI's streaming-events reference gives every event). Expected:
+    every event validates as the ``openai`` client's ``ResponseStreamEvent``, the sequence numbers
+    are ``0, 1, 2, ...`` in order, every embedded response has the same ``id``, and the stream
+    ends with ``response.completed`` or, when ``max_output_tokens`` cut it,
+    ``response.incomplete`` with reason ``max_output_tokens``."""
+    _, _, tc = make_clients(PromptTM(tok, reply="Sunny and warm today."))
+    body: dict[str, Any] = {"model": MODEL, "input": "Hi", "stream": True}
+    if limit:
+        body["max_output_tokens"] = limit
+    r = tc.post("/v1/responses", json=body)
+    assert r.status_code == 200, r.text
+    events = sse(r.text)
+    for e in events:
+        _response_events().validate_python(e)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert len({e["response"]["id"] for e in events if "response" in e}) == 1
+    last = events[-1]
+    if limit:
+        assert last["type"] == "response.incomplete"
+        assert last["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    else:
+        assert last["type"] == "response.completed"
