@@ -41,8 +41,9 @@ DeepSeek's published reference encoder):
   thinking mode *without* tools, earlier turns are "dropped thinking": only turns from the last
   user turn on open ``<think>``, only assistant turns after it keep their reasoning, and developer
   turns before it are left out; with a generation prompt every given assistant turn is a finished
-  earlier one and none keeps its reasoning (DeepSeek's converter, ``deepseek-recipe``, as SGLang
-  renders DeepSeek-V4 prompts). With tools every turn keeps its thinking, and so it does without
+  earlier one and none keeps its reasoning, and in a continuation only the continued final turn
+  keeps it (DeepSeek's converter, ``deepseek-recipe``, as SGLang renders DeepSeek-V4 prompts; its
+  ``prefix`` message). With tools every turn keeps its thinking, and so it does without
   tools when the caller turns the dropping off (the reference encoder's ``drop_thinking=False``,
   which vLLM's DeepSeek-V4 chat encoding takes from ``chat_template_kwargs``);
 * an ``assistant`` message is ``[reasoning + "</think>"] + content + [tool calls] + EOS``; tool
@@ -415,8 +416,14 @@ def render_messages(
     reasoning_effort_profile: str = "preview",
     drop_thinking: bool = True,
     response_format: Mapping[str, Any] | None = None,
+    continuing: bool = False,
 ) -> RenderedPrompt:
     """:func:`encode_messages` with the plain spans of the request's own text (:class:`RenderedPrompt`).
+
+    ``continuing`` (with ``add_generation_prompt`` False): the final assistant turn is the one
+    being continued (:func:`render_continuation`); under dropped thinking it alone keeps its
+    reasoning, the assistant turns between the last user turn and it being finished earlier turns
+    (DeepSeek's converter, ``deepseek-recipe``, renders a ``prefix`` message so).
 
     Raises:
         ValueError: as :func:`encode_messages`.
@@ -447,14 +454,18 @@ def render_messages(
     def keeps_thinking(i: int) -> bool:
         # With a generation prompt, every given assistant turn is a finished earlier turn: under
         # dropped thinking none keeps its reasoning (DeepSeek's converter, ``deepseek-recipe``);
-        # without one (a continuation, or the whole conversation), the turns after the last user
-        # turn are the current one and keep it.
-        return thinking and (not drop or (i > last_user and not add_generation_prompt))
+        # without one (the whole conversation), the turns after the last user turn are the current
+        # one and keep it; in a continuation only the continued final turn is.
+        if not thinking or not drop:
+            return thinking
+        if continuing:
+            return i == n - 1
+        return i > last_user and not add_generation_prompt
 
+    n = len(turns)
     segs: list[Segment] = [(BOS, False)] if add_bos else []
     if thinking and effort_prefix:
         segs.append((effort_prefix, False))
-    n = len(turns)
     for i, t in enumerate(turns):
         role = t["role"]
         if role == "system":
@@ -541,6 +552,7 @@ def render_continuation(
         reasoning_effort_profile=reasoning_effort_profile,
         drop_thinking=drop_thinking,
         response_format=response_format,
+        continuing=True,
     )
     # the final EOS (and an open reasoning block's THINK_END) is template markup, never inside a
     # plain span
