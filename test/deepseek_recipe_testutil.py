@@ -141,3 +141,28 @@ def recipe_responses_prompt(body: dict[str, Any], thinking: bool = False) -> str
     b = {**ids_in_written_order(body), "model": "DeepSeek-V4-Pro"}
     req = recipe.ResponsesRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=thinking))
     return recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt
+
+
+def recipe_responses_reply(
+    body: dict[str, Any], reply: str, finish: str = "stop"
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """DeepSeek's own Responses answer (``deepseek-recipe``'s Responses event generator, its
+    request settings echoed, and accumulator) for the generated ``reply`` text of the Responses
+    request ``body``, the generation ended by EOS (``finish`` ``"stop"``) or by
+    ``max_output_tokens`` (``"length"``): the response (a JSON object) and its stream events
+    (JSON objects, in order)."""
+    rq = recipe.ResponsesRequest({**ids_in_written_order(body), "model": "DeepSeek-V4-Pro"})
+    echo = rq.echo()
+    req = rq.convert(recipe.ConversionOptions())
+    gen = recipe.ResponsesRequest.chunk_generator(req, "id", "m").with_echo(echo)
+    proc = recipe.StreamProcessor(gen, req.parsing_options)
+    reason = recipe.InferenceFinishReason.Stop if finish == "stop" else recipe.InferenceFinishReason.Length
+    events = proc.push(recipe.InferenceChunk.ready(prompt_usage=recipe.PromptUsage(prompt_tokens=1)))
+    events += proc.push(recipe.InferenceChunk.text(reply, 1))
+    events += proc.push(recipe.InferenceChunk.finish(reason))
+    events += proc.finish()
+    shown = [json.loads(e.to_json()) for e in events]  # before accumulate consumes them
+    resp = recipe.ResponsesResponse("id", "m", 0, 1, 0)
+    for e in events:
+        resp.accumulate(e)
+    return json.loads(resp.to_json()), shown

@@ -182,13 +182,16 @@ class ReasoningText(BaseModel):
 
 
 class ResponseOutputMessage(BaseModel):
-    """An assistant ``message`` output item (one ``output_text`` part)."""
+    """An assistant ``message`` output item (one ``output_text`` part). ``phase`` is OpenAI's
+    label of the text: ``"commentary"`` when tool calls follow it in the same output,
+    ``"final_answer"`` otherwise (DeepSeek's own Responses generator labels them so)."""
 
     id: str
     type: Literal["message"] = "message"
     role: Literal["assistant"] = "assistant"
     status: ResponseStatus = "completed"
     content: list[OutputText]
+    phase: Literal["commentary", "final_answer"] = "final_answer"
 
 
 class ResponseReasoningItem(BaseModel):

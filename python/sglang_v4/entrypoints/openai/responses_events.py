@@ -63,6 +63,8 @@ class ResponsesEventWriter:
         return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
     def _start(self, kind: str, key: Any, item: dict[str, Any], part: dict[str, Any] | None) -> list[bytes]:
+        if kind in ("function_call", "custom_tool_call") and (self.open or {}).get("kind") == "message":
+            self.open["item"]["phase"] = "commentary"  # a call follows the text
         out = self.close()
         item_id = item["id"]
         self.ids.setdefault(key, item_id)
@@ -116,6 +118,7 @@ class ResponsesEventWriter:
             "role": "assistant",
             "status": "in_progress",
             "content": [],
+            "phase": "final_answer",
         }
         return self._start("message", "message", item, OutputText(text="").model_dump(mode="json"))
 
@@ -240,8 +243,6 @@ class ResponsesEventWriter:
         return out
 
     def finish(self, status: str) -> list[bytes]:
-        """Close the open item (``status``); an output with no item at all gets an empty message,
-        as the non-streamed response has."""
-        if self.open is None and self.n_items == 0:
-            return self._open_message() + self.close(status)
+        """Close the open item (``status``); an output of nothing has no item, as the
+        non-streamed response (and DeepSeek's own Responses generator)."""
         return self.close(status)

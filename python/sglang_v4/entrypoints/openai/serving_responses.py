@@ -12,7 +12,9 @@ reasoning split and DSML tool-call parsing (:meth:`~.serving_chat.ChatMixin._pre
 ["reasoning.encrypted_content"]`` the same text as the ``encrypted_content`` blob a stateless
 client replays, :mod:`.responses_reasoning_state`; left out with vLLM's
 ``include_reasoning: false``, streamed and not), ``message`` (one
-``output_text`` part) and one ``function_call`` per tool call (``call_id`` the chat call id), a
+``output_text`` part; ``phase`` ``commentary`` before calls, else ``final_answer``; none for an
+answer without text, so an output of nothing is empty, as DeepSeek's own Responses generator
+answers) and one ``function_call`` per tool call (``call_id`` the chat call id), a
 ``custom_tool_call`` for a call of a custom tool (its ``input`` the free-form text:
 :mod:`.responses_custom_tools`); a call of a tool that a ``namespace`` tool groups carries that
 ``namespace`` beside the tool's bare ``name`` (streamed items too).
@@ -389,11 +391,12 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
                     encrypted_content=encode_reasoning(out.reasoning) if encrypt else None,
                 )
             )
-        if out.content or not (out.reasoning or out.tool_calls):
+        if out.content:  # no text, no message item (an output of nothing is empty, as DeepSeek's)
             items.append(
                 ResponseOutputMessage(
                     id=ids.get("message") or new_item_id("msg"),
-                    content=[OutputText(text=out.content or "", logprobs=logprobs or [])],
+                    content=[OutputText(text=out.content, logprobs=logprobs or [])],
+                    phase="commentary" if out.tool_calls else "final_answer",
                 )
             )
         for c in out.tool_calls:
@@ -418,7 +421,7 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
                     namespace=(namespaces or {}).get(c.name),
                 )
             )
-        if incomplete and hasattr(items[-1], "status"):
+        if incomplete and items and hasattr(items[-1], "status"):
             items[-1].status = "incomplete"
         return items
 
