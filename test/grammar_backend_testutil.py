@@ -80,3 +80,16 @@ def schema_validator(schema: Any, check_formats: bool = False) -> Any:
 
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     return cls(schema, format_checker=cls.FORMAT_CHECKER) if check_formats else cls(schema)
+
+
+def check_schema_verdicts(backend: GrammarBackend, schema: Any, values: list[Any]) -> None:
+    """Assert that the grammar of ``schema`` takes each of ``values`` (written as ``json.dumps``
+    writes it) exactly when ``jsonschema`` (Draft 2020-12) finds it valid; ``values`` must hold
+    valid and invalid values, so the check can fail both ways."""
+    import jsonschema
+
+    g = schema_grammar(backend, schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    verdicts = [validator.is_valid(v) for v in values]
+    assert any(verdicts) and not all(verdicts), "the cases must hold valid and invalid values"
+    assert [accepts(g, json.dumps(v)) for v in values] == verdicts

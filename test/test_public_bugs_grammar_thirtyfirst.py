@@ -32,7 +32,13 @@ jsonschema = pytest.importorskip("jsonschema")
 pytest.importorskip("tokenizers")
 
 from chat_tools_testutil import _grammar_of, client_for, grammar_chunk_tm  # noqa: E402
-from grammar_backend_testutil import accepts, ds_grammar_backend, grammar_for, schema_grammar  # noqa: E402
+from grammar_backend_testutil import (  # noqa: E402
+    accepts,
+    check_schema_verdicts,
+    ds_grammar_backend,
+    grammar_for,
+    schema_grammar,
+)
 from sglang_v4.sampling.grammar import GrammarBackend  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
@@ -43,14 +49,7 @@ def backend() -> GrammarBackend:
     return ds_grammar_backend()
 
 
-def _check(backend: GrammarBackend, schema: Any, values: list[Any]) -> None:
-    """The grammar of ``schema`` takes each of ``values`` (written as ``json.dumps`` writes it)
-    exactly when ``jsonschema`` finds it valid; the list must hold valid and invalid values."""
-    g = schema_grammar(backend, schema)
-    validator = jsonschema.Draft202012Validator(schema)
-    verdicts = [validator.is_valid(v) for v in values]
-    assert any(verdicts) and not all(verdicts), "the cases must hold valid and invalid values"
-    assert [accepts(g, json.dumps(v)) for v in values] == verdicts
+_check = check_schema_verdicts
 
 
 # --------------------------------------------------------------------------- const / enum
