@@ -2,12 +2,14 @@
 parallel calls (distinct per call, streamed or not); a streamed call's id and name sent once, on
 its first delta, and never changed on later deltas; ``tool_choice: "none"`` with no ``tools``;
 an empty ``tools`` array refused as OpenAI and DeepSeek refuse it, and ``tools: null`` taken as
-no tools.
+no tools; history replayed as clients write it (a call turn with ``content: ""`` or ``[]``,
+``tool_calls: []``, an empty assistant turn); a strict tool from the ``openai`` client's
+``pydantic_function_tool``, parsed by the client's own ``.parse()`` / ``.stream()``.
 
 The model's text is written by hand (:class:`~chat_tools_testutil.ChunkTM`). Oracles: the
 ``openai`` client (its response and chunk types, its stream accumulator), ``json.loads`` of the
 arguments, the non-streamed answer of the same text (a cold run), the prompt of the same request
-without ``tools`` (a cold run), and the OpenAI / DeepSeek behaviour the reports quote.
+without ``tools`` or of the history written the canonical way (a cold run), and the OpenAI / DeepSeek behaviour the reports quote.
 
 No fault was found by these reports; they stand as regression guards. local-inference-lab/vllm#193
 (serve ``tools: []`` as no tools) was read but not followed: OpenAI's chat API refuses the empty
@@ -176,3 +178,106 @@ def test_null_tools_is_like_no_tools(tok: PreTrainedTokenizerFast, stream: bool)
         assert ch.message.content == "Hello there." and not ch.message.tool_calls
         prompts.append(tok.decode(tm.received[0].input_ids))
     assert prompts[0] == prompts[1]
+
+
+# --------------------------------------------------------------------------- replayed history
+
+
+def _prompt(tok: PreTrainedTokenizerFast, messages: list[dict[str, Any]], tools: bool = True) -> str:
+    """The decoded prompt of a chat request of ``messages`` (with the ``get_weather`` tool when
+    ``tools``); HTTP 200 and a text answer asserted."""
+    tm = grammar_chunk_tm(tok, "Done.")
+    _, tc = client_for(tm, allow_auto_truncate=False)
+    body: dict[str, Any] = {"model": "m", "messages": messages}
+    if tools:
+        body["tools"] = [_tool("get_weather")]
+    r = tc.post(CHAT, json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == "Done."
+    return tok.decode(tm.received[0].input_ids)
+
+
+def _call_turn(content: Any) -> list[dict[str, Any]]:
+    """A user turn, an assistant call of ``get_weather`` whose ``content`` is ``content``, and the
+    ``tool`` message answering it."""
+    call = {
+        "id": "call_7",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"q": "Oslo"}'},
+    }
+    return [
+        *DO_IT_MESSAGES,
+        {"role": "assistant", "content": content, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_7", "content": "Snow, -3C"},
+    ]
+
+
+@pytest.mark.parametrize("content", ["", []])
+def test_tool_call_turn_with_empty_content_replays(tok: PreTrainedTokenizerFast, content: Any) -> None:
+    """agentjido/req_llm#966 and just-llms/justllms#33: clients replay an assistant call with
+    ``content: ""`` (or no parts) instead of ``null``; some servers refused it, though OpenAI
+    (and DeepSeek's API, measured in the first report) accept it. Expected: HTTP 200, and the same
+    prompt as the turn with ``content: null`` (a cold run), holding the call and its result."""
+    by_null = _prompt(tok, _call_turn(None))
+    assert _prompt(tok, _call_turn(content)) == by_null
+    assert "Snow, -3C" in by_null and 'name="get_weather"' in by_null
+
+
+def test_empty_tool_calls_list_in_history_is_no_call(tok: PreTrainedTokenizerFast) -> None:
+    """microsoft/autogen#5814: an agent replayed an assistant message with ``tool_calls: []``
+    and a server answered "Empty tool_calls is not supported in message", failing the loop.
+    Expected: HTTP 200; the message is read as the plain text turn it is (the same prompt as the
+    message without ``tool_calls``, a cold run)."""
+    plain = {"role": "assistant", "content": "Which city?"}
+    follow = {"role": "user", "content": "Oslo."}
+    by_hand = _prompt(tok, [*DO_IT_MESSAGES, plain, follow])
+    assert _prompt(tok, [*DO_IT_MESSAGES, {**plain, "tool_calls": []}, follow]) == by_hand
+
+
+@pytest.mark.parametrize("content", [None, ""])
+def test_empty_assistant_turn_in_history_is_accepted(tok: PreTrainedTokenizerFast, content: Any) -> None:
+    """tashfeenahmed/freellmapi#165: a server refused any history holding an assistant message
+    with empty or ``null`` content and no ``tool_calls`` ("must include non-empty content or
+    tool_calls"), which OpenAI accepts (an aborted or silent turn replayed verbatim). Expected:
+    HTTP 200 and a text answer, without and with tools; the prompt holds both user turns."""
+    msgs = [*DO_IT_MESSAGES, {"role": "assistant", "content": content}, {"role": "user", "content": "Again?"}]
+    for tools in (False, True):
+        prompt = _prompt(tok, msgs, tools)
+        assert "Do it." in prompt and "Again?" in prompt
+
+
+# --------------------------------------------------------------------------- strict tools
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_strict_pydantic_tool_is_served_and_parsed_by_the_client(
+    tok: PreTrainedTokenizerFast, stream: bool
+) -> None:
+    """vllm-project/vllm#15526 and openai/openai-python#1733: a tool's ``function.strict`` was
+    refused as an extra field ("Extra inputs are not permitted"), so the ``openai`` client's
+    ``.parse()`` helper, which needs strict tools (``openai.pydantic_function_tool``), could not
+    be used. Expected: the helper's request is served, and the client's own parser gives the
+    call's ``parsed_arguments`` as the pydantic model of the arguments written, streamed (the
+    client's ``.stream()`` accumulator) or not."""
+    import openai
+    from pydantic import BaseModel
+
+    class GetWeather(BaseModel):
+        city: str
+        days: int
+
+    reply = dsml_block(
+        dsml_invoke("GetWeather", dsml_param("city", True, "Oslo"), dsml_param("days", False, "3"))
+    )
+    client, _ = client_for(grammar_chunk_tm(tok, reply), allow_auto_truncate=False)
+    tool = openai.pydantic_function_tool(GetWeather)
+    assert tool["function"]["strict"] is True
+    kw: dict[str, Any] = {"model": "m", "messages": DO_IT_MESSAGES, "tools": [tool]}
+    if stream:
+        with client.chat.completions.stream(**kw) as s:
+            ch = s.get_final_completion().choices[0]
+    else:
+        ch = client.chat.completions.parse(**kw).choices[0]
+    assert ch.finish_reason == "tool_calls"
+    [call] = ch.message.tool_calls or []
+    assert call.function.parsed_arguments == GetWeather(city="Oslo", days=3)
