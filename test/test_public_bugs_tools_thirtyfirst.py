@@ -4,7 +4,8 @@ its first delta, and never changed on later deltas; ``tool_choice: "none"`` with
 an empty ``tools`` array refused as OpenAI and DeepSeek refuse it, and ``tools: null`` taken as
 no tools; history replayed as clients write it (a call turn with ``content: ""`` or ``[]``,
 ``tool_calls: []``, an empty assistant turn); a strict tool from the ``openai`` client's
-``pydantic_function_tool``, parsed by the client's own ``.parse()`` / ``.stream()``.
+``pydantic_function_tool``, parsed by the client's own ``.parse()`` / ``.stream()``; string
+arguments holding quotes, backslashes, newlines and non-ASCII text kept valid JSON.
 
 The model's text is written by hand (:class:`~chat_tools_testutil.ChunkTM`). Oracles: the
 ``openai`` client (its response and chunk types, its stream accumulator), ``json.loads`` of the
@@ -281,3 +282,39 @@ def test_strict_pydantic_tool_is_served_and_parsed_by_the_client(
     assert ch.finish_reason == "tool_calls"
     [call] = ch.message.tool_calls or []
     assert call.function.parsed_arguments == GetWeather(city="Oslo", days=3)
+
+
+# --------------------------------------------------------------------------- argument escaping
+
+#: String values that need JSON escaping: quotes, a Windows path and a regex (backslashes), a
+#: newline and a tab, and non-ASCII text.
+AWKWARD = [
+    'say "AI" twice',
+    "C:\\path\\to\\file.txt",
+    "grep -E '\\d+' x",
+    "line1\nline2\tend",
+    "naïve café ✓",
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_string_arguments_with_quotes_backslashes_newlines_stay_json(
+    tok: PreTrainedTokenizerFast, stream: bool
+) -> None:
+    """cline/cline#10518 (DeepSeek V4 Flash: "Tool call run_commands emitted invalid JSON
+    arguments ... escape embedded quotes/newlines inside string fields"), wanxingai/LightAgent#31
+    (a call failed when the input held quotes, ``what is "AI"?``) and
+    NousResearch/hermes-agent#110436 (``C:\\path`` and ``\\d+`` turned the arguments invalid).
+    Expected: DSML string parameters holding quotes, backslashes, a newline, a tab and non-ASCII
+    text come back as arguments that ``json.loads`` to exactly the values written, streamed (the
+    deltas folded by the ``openai`` client) or not."""
+    params = [dsml_param(f"a{i}", True, v) for i, v in enumerate(AWKWARD)]
+    reply = dsml_block(dsml_invoke("run_commands", *params))
+    props = {f"a{i}": {"type": "string"} for i in range(len(AWKWARD))}
+    tool = {
+        "type": "function",
+        "function": {"name": "run_commands", "parameters": {"type": "object", "properties": props}},
+    }
+    ch = first_choice(post_chat_reply(tok, reply, {"tools": [tool]}, stream), stream)
+    [call] = ch.message.tool_calls or []
+    assert json.loads(call.function.arguments) == {f"a{i}": v for i, v in enumerate(AWKWARD)}
