@@ -10,7 +10,8 @@ arguments holding quotes, backslashes, newlines and non-ASCII text kept valid JS
 The model's text is written by hand (:class:`~chat_tools_testutil.ChunkTM`). Oracles: the
 ``openai`` client (its response and chunk types, its stream accumulator), ``json.loads`` of the
 arguments, the non-streamed answer of the same text (a cold run), the prompt of the same request
-without ``tools`` or of the history written the canonical way (a cold run), and the OpenAI / DeepSeek behaviour the reports quote.
+without ``tools`` or of the history written the canonical way (a cold run), and the OpenAI /
+DeepSeek behaviour the reports quote.
 
 No fault was found by these reports; they stand as regression guards. local-inference-lab/vllm#193
 (serve ``tools: []`` as no tools) was read but not followed: OpenAI's chat API refuses the empty
