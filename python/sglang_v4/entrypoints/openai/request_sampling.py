@@ -80,6 +80,36 @@ def response_format_grammar(rf: dict[str, Any] | None) -> dict[str, str]:
     raise RequestError(f"response_format.type {rtype!r} is not supported.", param="response_format")
 
 
+#: Sampling-parameter names whose request fields are spelled otherwise (each one's OpenAI /
+#: vLLM fields); any other name is its own request field.
+_REQUEST_FIELDS: dict[str, tuple[str, ...]] = {
+    "max_new_tokens": ("max_tokens", "max_completion_tokens"),
+    "min_new_tokens": ("min_tokens",),
+    "no_stop_trim": ("no_stop_trim", "include_stop_str_in_output"),
+    "sampling_seed": ("seed",),
+}
+
+
+def unset_preferred_keys(
+    req: CompletionRequest | ChatCompletionRequest,
+    preferred: dict[str, Any] | None,
+    chat_defaults: dict[str, Any],
+) -> list[str]:
+    """The keys of ``preferred`` (``--preferred-sampling-params``) that ``req`` leaves to it: none
+    of the key's request fields was sent (pydantic's ``model_fields_set``; an explicit ``null``
+    counts as sent) and, on a chat request, ``chat_defaults`` does not give the key."""
+    if not preferred:
+        return []
+    sent = req.model_fields_set
+    chat = isinstance(req, ChatCompletionRequest)
+    return [
+        key
+        for key in preferred
+        if not any(f in sent for f in _REQUEST_FIELDS.get(key, (key,)))
+        and not (chat and chat_defaults.get(key) is not None)
+    ]
+
+
 def build_sampling_params(
     req: CompletionRequest | ChatCompletionRequest,
     max_new_tokens: int | None,
@@ -89,6 +119,7 @@ def build_sampling_params(
     vocab_size: int | None,
     grammar_enabled: bool,
     chat_defaults: dict[str, Any],
+    preferred: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """SGLang sampling parameters of a request, validated (400 naming the field on error).
 
@@ -107,6 +138,12 @@ def build_sampling_params(
             available); a grammar is refused otherwise.
         chat_defaults: the sampling defaults of a chat request (``--sampling-defaults``), applied
             to the keys the request leaves unset; ignored for a completions request.
+        preferred: the server's ``--preferred-sampling-params``. A key of it that the request
+            leaves unset (and, on chat, that ``chat_defaults`` does not give) is left out of the
+            result, protocol default included (``presence_penalty`` 0, a completion's
+            ``max_tokens`` 16...), so that the tokenizer manager's ``{**preferred, **request}``
+            merge applies it: the order is request, then ``chat_defaults``, then ``preferred``,
+            then the protocol's defaults.
 
     Returns:
         ``SamplingParams.from_dict`` keyword dict (SGLang names); unset fields left out, except
@@ -176,6 +213,8 @@ def build_sampling_params(
     if d.get("top_k") == 0:  # vLLM's "0 (or -1): consider all tokens"; also a generation_config's 0
         d["top_k"] = TOP_K_ALL
     d = {k: v for k, v in d.items() if v is not None or k == "max_new_tokens"}
+    for key in unset_preferred_keys(req, preferred, chat_defaults):
+        d.pop(key, None)
     _check_openai_ranges(req)
     # Validate now so that the client gets a 400 naming the field before anything is queued.
     try:

@@ -272,7 +272,7 @@ class OpenAIServingBase:
     ) -> dict[str, Any]:
         """SGLang sampling parameters of a request, validated (400 naming the field on error):
         :func:`~.request_sampling.build_sampling_params` with this server's tokenizer, vocabulary
-        size, grammar backend and chat sampling defaults.
+        size, grammar backend, chat sampling defaults and ``--preferred-sampling-params``.
 
         Raises:
             RequestError: 400 naming the request's field.
@@ -286,6 +286,7 @@ class OpenAIServingBase:
             # Grammars are accepted only where the backend applies them (tokenizer_manager.grammar_enabled).
             grammar_enabled=bool(getattr(self.tm, "grammar_enabled", False)),
             chat_defaults=self.chat_sampling_defaults,
+            preferred=getattr(self.args, "preferred_sampling_params", None),
         )
 
     def _usage(

@@ -41,6 +41,7 @@ from sglang_v4.entrypoints.openai.protocol import (
     LogProbs,
 )
 from sglang_v4.entrypoints.openai.request_errors import check_token_ids_in_vocab
+from sglang_v4.entrypoints.openai.request_sampling import unset_preferred_keys
 from sglang_v4.entrypoints.openai.serving_base import (
     OpenAIServingBase,
     RequestError,
@@ -91,7 +92,8 @@ class CompletionsMixin(OpenAIServingBase):
         prompt_lps = check_prompt_logprobs(req, self._vocab_size(), bound)
         # chat's max_completion_tokens is the same limit; it wins over max_tokens when both are set
         limit_field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-        req.max_tokens = getattr(req, limit_field)
+        if limit_field == "max_completion_tokens":  # (an assignment marks max_tokens as sent)
+            req.max_tokens = req.max_completion_tokens
         if req.max_tokens is not None and req.max_tokens < 0:
             raise RequestError(f"{limit_field} must be at least 0, got {req.max_tokens}.", param=limit_field)
         prompt = req.prompt
@@ -211,9 +213,10 @@ class CompletionsMixin(OpenAIServingBase):
         if not isinstance(prompt, str):
             return list(prompt)
         try:
-            return await self._encode_prompt(
-                prompt, req.max_tokens, add_special_tokens=req.add_special_tokens
-            )
+            # a limit left to --preferred-sampling-params is capped to the room, as an omitted one
+            preferred = getattr(self.args, "preferred_sampling_params", None)
+            limit = None if "max_new_tokens" in unset_preferred_keys(req, preferred, {}) else req.max_tokens
+            return await self._encode_prompt(prompt, limit, add_special_tokens=req.add_special_tokens)
         except ValueError as e:
             status = int(getattr(e, "status_code", 400) or 400)
             err = RequestError(str(e), status)
