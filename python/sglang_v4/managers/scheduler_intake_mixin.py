@@ -56,8 +56,9 @@ class SchedulerIntakeMixin:
         return None
 
     def add_request(self: Scheduler, recv: TokenizedGenerateReqInput) -> None:
-        """Queue a tokenized request. One that fails the limits (it should have been rejected by
-        the tokenizer manager) or whose grammar does not compile is finished with a 400 abort."""
+        """Queue a tokenized request. One that fails the limits or the sampling-param checks (it
+        should have been rejected by the tokenizer manager) or whose grammar does not compile is
+        finished with a 400 abort; the other requests are not touched."""
         req = Req.from_tokenized(recv)
         if self.record_time_stats:
             req.time_stats = ReqTimeStats(scheduler_recv=wall_clock())
@@ -76,8 +77,12 @@ class SchedulerIntakeMixin:
             req.finished_reason = finish_abort(PRIORITY_DISABLED_MSG, 503)
             self._queue_output(req)
             return
-        err = self.ready_info.check_input_ids(req.origin_input_ids) or self._attach_grammar(req)
         sp = req.sampling_params
+        err = (
+            self.ready_info.check_input_ids(req.origin_input_ids)
+            or self._check_sampling_params(sp)
+            or self._attach_grammar(req)
+        )
         if (
             err is None
             and self.tokenizer is None
@@ -135,6 +140,17 @@ class SchedulerIntakeMixin:
         req.finished_reason = finish_abort("The request queue is full.", 503)
         self._queue_output(req)
         return True
+
+    def _check_sampling_params(self: Scheduler, sp: Any) -> str | None:
+        """The error text of sampling params that fail ``SamplingParams.verify`` against the
+        model's vocabulary (a ``logit_bias`` key, a stop id or an allowed id past it, a seed past
+        the int64 range ...), else None. The tokenizer manager checks the same before sending; this
+        keeps a request that reached the scheduler another way from failing a whole batch's step."""
+        try:
+            sp.verify(self.model_config.vocab_size, allow_grammar=True)
+        except (TypeError, ValueError) as e:
+            return f"Invalid sampling_params: {e}"  # the tokenizer manager's wording
+        return None
 
     def _attach_grammar(self: Scheduler, req: Req) -> str | None:
         """Compile the request's grammar (json_schema / regex / ebnf); the error text, if any."""
