@@ -1,14 +1,14 @@
 """Public bug reports on checkpoint loading: an overlay shard that supersedes tensors a base shard
 still stores (the index decides which copy is read), empty (zero-element) tensors stored in a
-shard, and FP8 block-scaled weights whose dimensions are not multiples of the 128x128 block (DeepSeek's
-``kv_a_proj_with_mqa`` is ``[576, 7168]``), plain and stacked over experts.
+shard, and FP8 block-scaled weights whose dimensions are not multiples of the 128x128 block
+(DeepSeek's ``kv_a_proj_with_mqa`` is ``[576, 7168]``), plain and stacked over experts.
 
 Fixture: a tiny random checkpoint in DeepSeek's official names with fp8 weights and their ue8m0
 block scales, written in ~1 MiB shards with ``model.safetensors.index.json``; each fault is made
-on a copy. Oracles: the load of the untouched checkpoint or of one holding the intended tensors in
-place (a cold run of the same weights), ``model.safetensors.index.json``, safetensors' own reader, and a float64 dequantization written here from the format's definition
-(DeepSeek-V3 ``README_WEIGHTS.md``: one scale per 128x128 block, edge blocks partial,
-``w = q * scale``).
+on a copy. Oracles: the load of the untouched checkpoint or of one holding the intended tensors
+in place (a cold run of the same weights), ``model.safetensors.index.json``, safetensors' own
+reader, and a float64 dequantization written here from the format's definition (DeepSeek-V3
+``README_WEIGHTS.md``: one scale per 128x128 block, edge blocks partial, ``w = q * scale``).
 """
 
 from __future__ import annotations
