@@ -6,7 +6,9 @@ ones, HF's, or the mix ``transformers``' ``save_pretrained`` writes (official la
 ``model.``, ``head.weight``), detected from the names (see :mod:`sglang_v4.model_loader.names`). A
 checkpoint without an LM head (or without an embedding) whose model ties them
 (``tie_word_embeddings``: the served model's config, overrides included, else ``config.json``)
-uses the other matrix for it, as HF does.
+uses the other matrix for it, as HF does. A tensor stored in more than one shard (an overlay shard
+that supersedes a stale copy still in a base shard) is read from the shard the index maps it to;
+one the index does not settle is refused.
 
 Two consumers:
 
@@ -29,7 +31,6 @@ anything.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -44,14 +45,14 @@ from safetensors import safe_open
 from tqdm.auto import tqdm
 
 from .checkpoint_config import checkpoint_config, weight_block_size
+from .checkpoint_files import INDEX_FILE, _shard_path, checkpoint_files, index_weight_map
+from .checkpoint_files import SINGLE_FILE as SINGLE_FILE  # re-exported: the file names live there
 from .foreign_quant import check_tensor_name, check_unscaled_dtype
 from .names import ExpertPart, hf_saved_to_hf, official_to_hf, parse_official_expert
 from .quant import FP4_GROUP, dequantize_fp4, dequantize_fp8_block
 
 logger = logging.getLogger(__name__)
 
-INDEX_FILE = "model.safetensors.index.json"
-SINGLE_FILE = "model.safetensors"
 #: Tensors no model here reads: the multi-token-prediction head (official ``mtp.*``; ``model.mtp.*``
 #: under an HF prefix) and rotary tables older exporters saved as buffers (SGLang's and vLLM's
 #: loaders skip ``rotary_emb.inv_freq`` / ``cos_cached`` / ``sin_cached`` alike).
@@ -89,90 +90,6 @@ def keeps_fp32(name: str) -> bool:
     as a whole dotted component of ``name``.
     """
     return _fp32_pattern().search(name) is not None
-
-
-# ---------------------------------------------------------------------------------------------
-# files
-# ---------------------------------------------------------------------------------------------
-def checkpoint_files(model_path: str) -> list[str]:
-    """The safetensors files of a checkpoint, in index order.
-
-    Without an index, the regular files named ``*.safetensors`` (a directory of that name is not
-    one: GeeeekExplorer/nano-vllm#272).
-
-    Raises:
-        FileNotFoundError: if there is no safetensors file, or the index names a missing shard
-            or one that is not a regular file.
-        ValueError: the index maps a tensor to a file that is not ``.safetensors``, or to one
-            outside ``model_path`` (an absolute path, or a name whose ``..`` leaves the directory;
-            the name is checked, not where it resolves: a Hugging Face cache snapshot's shards are
-            links into ``../../blobs``).
-    """
-    if os.path.isfile(model_path):
-        if not model_path.endswith(".safetensors"):
-            raise FileNotFoundError(f"{model_path}: not a .safetensors file")
-        return [model_path]
-    index = os.path.join(model_path, INDEX_FILE)
-    if os.path.exists(index):
-        weight_map = index_weight_map(model_path)
-        files = list(dict.fromkeys(weight_map.values()))
-        paths = [os.path.join(model_path, p) for p in files]
-        for name, p in zip(files, paths):
-            if os.path.isabs(name) or os.path.normpath(name).split(os.sep)[0] == os.pardir:
-                k = next(k for k, v in weight_map.items() if v == name)
-                raise ValueError(
-                    f"{index}: weight_map sends {k} to {name!r}, which is outside the model "
-                    "directory (shard names are relative to the directory of the index)"
-                )
-            if not name.endswith(".safetensors"):
-                k = next(k for k, v in weight_map.items() if v == name)
-                raise ValueError(
-                    f"{index}: weight_map sends {k} to {name!r}, which is not a .safetensors file "
-                    "(sglang-v4 reads safetensors checkpoints only; convert .bin / .pt weights with "
-                    "safetensors.torch.save_file)"
-                )
-            if not os.path.exists(p):
-                raise FileNotFoundError(f"{p}: shard listed in {INDEX_FILE} does not exist")
-            if not os.path.isfile(p):
-                raise FileNotFoundError(f"{p}: shard listed in {INDEX_FILE} is not a file (a directory?)")
-        return paths
-    single = os.path.join(model_path, SINGLE_FILE)
-    if os.path.isfile(single):
-        return [single]
-    if os.path.isdir(model_path):
-        # regular files only: a directory named ``*.safetensors`` (a backup, an unpacked archive)
-        # is no shard, and opening it would fail far from the cause
-        found = sorted(
-            os.path.join(model_path, p)
-            for p in os.listdir(model_path)
-            if p.endswith(".safetensors") and os.path.isfile(os.path.join(model_path, p))
-        )
-        if found:
-            return found
-    raise FileNotFoundError(
-        f"{model_path}: no safetensors checkpoint ({INDEX_FILE}, {SINGLE_FILE} or *.safetensors)"
-    )
-
-
-def index_weight_map(model_path: str) -> dict[str, str]:
-    """``weight_map`` (tensor name -> shard file name) of ``model_path``'s
-    ``model.safetensors.index.json``; ``{}`` when there is no index.
-
-    Raises:
-        ValueError: the index is not JSON, or has no ``weight_map`` object of file names (names
-            the index file).
-    """
-    index = os.path.join(model_path, INDEX_FILE) if os.path.isdir(model_path) else None
-    if index is None or not os.path.exists(index):
-        return {}
-    try:
-        with open(index, encoding="utf-8-sig") as f:
-            weight_map = json.load(f)["weight_map"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{index}: not a safetensors index with a weight_map object ({e!r})") from None
-    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise ValueError(f"{index}: weight_map must map tensor names to shard file names")
-    return weight_map
 
 
 def _header_bytes(dtype: str, shape: tuple[int, ...], key: str) -> int:
@@ -335,6 +252,8 @@ def _plan(model_path: str, tie_word_embeddings: bool | None = None) -> _Plan:
     files = checkpoint_files(model_path)
     plan = _Plan(block=weight_block_size(model_path))
     meta: dict[str, tuple[str, tuple[int, ...]]] = {}
+    weight_map = index_weight_map(model_path)
+    superseded: list[str] = []  # tensors stored in several shards, settled by the index
     for path in files:
         try:
             f = safe_open(path, framework="pt")
@@ -345,7 +264,22 @@ def _plan(model_path: str, tie_word_embeddings: bool | None = None) -> _Plan:
         with f:
             for k in f.keys():
                 if k in plan.key_file:
-                    raise ValueError(f"{path}: {k}: tensor stored twice (also in {plan.key_file[k]})")
+                    # an overlay shard (the index maps the tensor to it) supersedes the stale copy
+                    # a base shard still holds: the index names the copy that is read
+                    listed = _shard_path(model_path, weight_map[k]) if k in weight_map else None
+                    if listed == plan.key_file[k]:
+                        superseded.append(k)
+                        continue
+                    if listed != path:
+                        where = (
+                            f"; {INDEX_FILE} maps it to {weight_map[k]!r}, neither of them"
+                            if k in weight_map
+                            else ""
+                        )
+                        raise ValueError(
+                            f"{path}: {k}: tensor stored twice (also in {plan.key_file[k]}){where}"
+                        )
+                    superseded.append(k)
                 try:
                     sl = f.get_slice(k)
                     meta[k] = (sl.get_dtype(), tuple(int(s) for s in sl.get_shape()))
@@ -354,6 +288,13 @@ def _plan(model_path: str, tie_word_embeddings: bool | None = None) -> _Plan:
                         f"{path}: {k}: unreadable header entry ({' '.join(str(e).split())})"
                     ) from None
                 plan.key_file[k] = path
+    if superseded:
+        logger.info(
+            "%d tensors stored in more than one shard (e.g. %s): each read from the shard %s maps it to",
+            len(superseded),
+            superseded[0],
+            INDEX_FILE,
+        )
     keys = [k for k in meta if not _skipped(k)]
     plan.skipped = [k for k in meta if _skipped(k)]
     if not keys:
