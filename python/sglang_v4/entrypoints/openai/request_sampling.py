@@ -40,10 +40,12 @@ RANDOM_SEED = -1
 def response_format_grammar(rf: dict[str, Any] | None) -> dict[str, str]:
     """The grammar field of an OpenAI ``response_format``: ``{}`` (text), ``{"json_schema": ...}``
     (``json_object``: any JSON object; ``json_schema``: its ``schema``, any JSON value without
-    one) or ``{"structural_tag": ...}`` (SGLang's extension).
+    one), ``{"regex": ...}`` (DeepSeek's ``{"type": "regex", "regex": R}``, which its request
+    converter reads as a regex constraint on the answer) or ``{"structural_tag": ...}``
+    (SGLang's extension).
 
     Raises:
-        RequestError: an unknown type or a malformed ``json_schema`` (400, param
+        RequestError: an unknown type, a malformed ``json_schema`` or a non-string ``regex`` (400, param
             ``response_format``).
     """
     if not rf:
@@ -75,6 +77,14 @@ def response_format_grammar(rf: dict[str, Any] | None) -> dict[str, str]:
                 "response_format.json_schema.strict must be a boolean.", param="response_format"
             )
         return {"json_schema": json.dumps(schema)}
+    if rtype == "regex":  # DeepSeek's format: the answer matches ``regex`` (no prompt section)
+        regex = rf.get("regex")
+        if not isinstance(regex, str):
+            raise RequestError(
+                "response_format.regex must be a string (the regular expression the answer matches).",
+                param="response_format",
+            )
+        return {"regex": regex}
     if rtype == "structural_tag":
         return {"structural_tag": json.dumps(rf)}
     raise RequestError(f"response_format.type {rtype!r} is not supported.", param="response_format")
