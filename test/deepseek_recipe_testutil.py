@@ -5,6 +5,7 @@ and tool calls. Import this module only after ``pytest.importorskip("deepseek_re
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from typing import Any
 
@@ -79,6 +80,25 @@ def recipe_prompt(body: dict[str, Any], thinking: bool, effort: str | None = "lo
         b["reasoning_effort"] = effort
     req = recipe.ChatCompletionRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False))
     return recipe.DeepseekV4Encoding().render_conversation(req.conversation).prompt
+
+
+def recipe_prompt_ids(
+    body: dict[str, Any], thinking: bool, tokenizer_json: str, effort: str = "low"
+) -> list[int]:
+    """DeepSeek's own prompt token ids for the OpenAI chat ``body`` (its converter, then its V4
+    encoder's prompt encoding with the ``tokenizer.json`` at ``tokenizer_json``): the template's
+    markup as special tokens, the request's text as plain text (a special-token spelling in it
+    is text, except where the encoder replays it), as :func:`recipe_prompt` renders it."""
+    b = {**recipe_body(body, thinking), "reasoning_effort": effort}
+    req = recipe.ChatCompletionRequest(b).convert(recipe.ConversionOptions(default_thinking_mode=False))
+    return _v4_encoding(tokenizer_json).encode(req.conversation)
+
+
+@functools.cache
+def _v4_encoding(tokenizer_json: str) -> Any:
+    """DeepSeek's V4 prompt encoding over the ``tokenizer.json`` at ``tokenizer_json`` (loaded
+    once per path: a second or more each time)."""
+    return recipe.DeepseekV4Encoding().with_tokenizer(recipe.Tokenizer.from_file(tokenizer_json))
 
 
 def recipe_message(

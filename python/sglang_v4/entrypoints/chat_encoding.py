@@ -29,6 +29,10 @@ DeepSeek's published reference encoder):
   encoder; its ``deepseek-recipe`` converter has no developer role on the Chat Completions API,
   and the chat route hands an OpenAI developer message over as a system one, as SGLang does:
   :func:`~sglang_v4.entrypoints.openai.chat_prepare.developer_messages_as_system`);
+* a ``latest_reminder`` message (DeepSeek's reminder role; its converter, ``deepseek-recipe``,
+  takes it on the Chat Completions API) is ``<｜latest_reminder｜>`` + content where it stands,
+  never merged (a user message after it opens a new user turn) and never dropped; an assistant
+  turn after it opens as after a user turn;
 * an assistant turn that no user/developer/system turn precedes (one that starts the conversation
   or follows another assistant turn) opens with ``<｜Assistant｜>`` and its mode token itself
   (DeepSeek's ``deepseek-recipe`` encoder; the first ``encoding_dsv4.py`` glued it to the previous
@@ -104,6 +108,7 @@ __all__ = [
     "EOS",
     "USER",
     "ASSISTANT",
+    "LATEST_REMINDER",
     "THINK_START",
     "THINK_END",
     "DSML",
@@ -133,16 +138,19 @@ BOS = "<｜begin▁of▁sentence｜>"
 EOS = "<｜end▁of▁sentence｜>"
 USER = "<｜User｜>"
 ASSISTANT = "<｜Assistant｜>"
+#: DeepSeek's reminder role token (one token of the V4 tokenizer)
+LATEST_REMINDER = "<｜latest_reminder｜>"
 #: The visual-grounding markup (reference, box, point, polygon; open and close) that the model
 #: writes in its answers. DeepSeek's encoder (``deepseek-recipe``, its ``SpecialToken`` kinds
-#: ``Ref`` .. ``PolygonEnd``) replays these spellings in an assistant message's ``content`` as the
-#: special tokens themselves; everywhere else in the request they are text.
+#: ``Ref`` .. ``PolygonEnd``) replays these spellings in an assistant message's ``content`` and
+#: ``reasoning_content`` as the special tokens themselves; everywhere else in the request they are
+#: text.
 GROUNDING_TOKENS = tuple(
     f"<｜{slash}{kind}｜>" for kind in ("ref", "box", "point", "polygon") for slash in ("", "/")
 )
 _GROUNDING_RE = re.compile("(" + "|".join(map(re.escape, GROUNDING_TOKENS)) + ")")
 
-_ROLES = ("system", "user", "developer", "assistant", "tool")
+_ROLES = ("system", "user", "developer", "assistant", "tool", "latest_reminder")
 
 #: Content part types that carry text, and the key holding it: Chat Completions' ``text`` and
 #: (assistant) ``refusal`` parts, and the Responses API's ``input_text`` / ``output_text`` that
@@ -219,7 +227,7 @@ def _merge_turns(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     joined by :data:`PART_SEPARATOR` in order; ``user`` and ``tool`` messages that follow each
     other (system messages between them taken out) form one user turn, their parts joined by
     :data:`PART_SEPARATOR` (an empty user message next to another one's text adds nothing). A
-    ``developer`` message is a turn of its own.
+    ``developer`` or ``latest_reminder`` message is a turn of its own.
 
     Raises:
         ValueError: a bad role or content, a ``tool`` message that answers no assistant message
@@ -367,7 +375,7 @@ def encode_messages(
     """Render an OpenAI-style conversation into a DeepSeek-V4 prompt string (module docstring).
 
     Args:
-        messages: ``[{"role": "system"|"user"|"developer"|"assistant"|"tool", "content": str |
+        messages: ``[{"role": "system"|"user"|"developer"|"assistant"|"tool"|"latest_reminder", "content": str |
             parts | None, "reasoning_content": str (assistant), "tool_calls": [...] (assistant),
             "tool_call_id": str (tool)}, ...]``.
         thinking: thinking mode (``<think>`` opens the answer) vs chat mode (``</think>``).
@@ -472,6 +480,8 @@ def render_messages(
             segs += t["segs"]
         elif role in ("user", "developer"):
             segs += [(USER, False), *t["segs"]]
+        elif role == "latest_reminder":
+            segs += [(LATEST_REMINDER, False), *t["segs"]]
         else:  # assistant
             keeps = keeps_thinking(i)
             if i == 0 or turns[i - 1]["role"] == "assistant":
@@ -480,7 +490,8 @@ def render_messages(
                 segs.append((ASSISTANT + (THINK_START if keeps else THINK_END), False))
             if keeps:
                 rc = t.get("reasoning_content")
-                segs += [(rc if isinstance(rc, str) else "", True), (THINK_END, False)]
+                # grounding markup in it is replayed as the special tokens, as in the content
+                segs += [*_assistant_content_segments(rc if isinstance(rc, str) else ""), (THINK_END, False)]
             segs += [*t["segs"], *t.get("dsml", []), (EOS, False)]
         # The assistant turn opens after a user / developer / system turn that an assistant turn
         # follows, and after the last turn (an assistant one too) when a generation prompt is

@@ -77,12 +77,13 @@ class ChatMessageParam(_Req):
 
     ``role`` is read case-insensitively (``"SYSTEM"``, ``"Assistant"``, ``"USER"``: clients such as
     Spring AI send enum names), as SGLang reads it since sgl-project/sglang#7499; any other value is
-    a 400 naming ``messages.N.role``.
+    a 400 naming ``messages.N.role``. ``latest_reminder`` is DeepSeek's reminder role (its converter
+    and SGLang's protocol take it), rendered as ``<｜latest_reminder｜>`` + text.
     """
 
     model_config = ConfigDict(extra="allow")
 
-    role: Literal["system", "user", "assistant", "developer", "tool"]
+    role: Literal["system", "user", "assistant", "developer", "tool", "latest_reminder"]
     content: str | list[dict[str, Any]] | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None

@@ -270,7 +270,7 @@ def _check_stream_options(req: Any) -> None:
 
 
 #: The chat roles whose ``content`` array OpenAI's schema requires to hold at least one part.
-_MIN_ONE_PART_ROLES = ("system", "developer", "user", "tool")
+_MIN_ONE_PART_ROLES = ("system", "developer", "user", "tool", "latest_reminder")
 
 
 def check_user_message_contents(messages: list[Any]) -> None:
@@ -285,8 +285,8 @@ def check_user_message_contents(messages: list[Any]) -> None:
     and renders it as empty text on its DeepSeek-V4 path, and an assistant message may leave it
     out (OpenAI: required unless ``tool_calls`` is given).
 
-    An empty array of content parts (``"content": []``) on a ``system``, ``developer``, ``user``
-    or ``tool`` message is refused too: OpenAI's API schema gives each of those arrays
+    An empty array of content parts (``"content": []``) on a ``system``, ``developer``, ``user``,
+    ``tool`` or ``latest_reminder`` message is refused too: OpenAI's API schema gives each of those arrays
     ``minItems: 1`` (openai/openai-python#1812) and its API answers 400 ``empty_array``; served,
     the message rendered as an empty turn. An assistant message may still send ``[]`` next to its
     ``tool_calls`` or reasoning (clients replay such turns).
