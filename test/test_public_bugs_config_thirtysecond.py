@@ -28,53 +28,16 @@ import json
 import os
 import shlex
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from openai_fake_tm import FakeTM, app_client, oai_client
+from preferred_sampling_testutil import MergingTM, openai_of, preferred_app
 from sglang_flags_testutil import parse
-from sglang_v4.managers.control_struct import SchedulerReadyInfo
-from sglang_v4.managers.io_struct import GenerateReqInput
-from sglang_v4.managers.tokenization import TokenizationMixin
 
 MODEL = "dsv4-test"
 USER = [{"role": "user", "content": "Hi"}]
 #: the server-wide defaults of the replays (SGLang's example flag value, plus a temperature)
 PREFERRED: dict[str, Any] = {"max_new_tokens": 3, "presence_penalty": 0.5, "temperature": 0.3}
-
-
-class MergingTM(FakeTM, TokenizationMixin):
-    """``FakeTM`` whose requests first go through the real ``_tokenize_one`` (the merge of
-    ``--preferred-sampling-params``, the checks); the merged ``SamplingParams`` of each request
-    are kept in :attr:`merged` and the reply is cut at their ``max_new_tokens``."""
-
-    def __init__(self, tokenizer: Any, server_args: Any) -> None:
-        super().__init__(tokenizer)
-        self.server_args = server_args
-        self.grammar_enabled = False
-        self.max_req_input_len = self.context_len - 1
-        self.scheduler_info = SchedulerReadyInfo(
-            status="ready",
-            max_total_num_tokens=1 << 20,
-            max_req_input_len=self.context_len - 1,
-            context_len=self.context_len,
-            vocab_size=self.vocab_size,
-        )
-        self.merged: list[Any] = []
-
-    async def generate_request(self, obj: GenerateReqInput, request: Any = None):  # noqa: ANN201
-        obj.normalize_batch_and_arguments()
-        tokenized = self._tokenize_one(obj)
-        self.merged.append(tokenized.sampling_params)
-        limit = tokenized.sampling_params.max_new_tokens
-        obj.sampling_params = {**(obj.sampling_params or {}), "max_new_tokens": limit}
-        self.received.append(obj)
-        for out in self._output(obj, 0):
-            if obj.stream:
-                yield out
-        if not obj.stream:
-            yield out
 
 
 @pytest.fixture(scope="module")
@@ -91,17 +54,8 @@ def _server(
     tok: Any, preferred: dict[str, Any] | None, model_path: str | None = None
 ) -> tuple[MergingTM, Any]:
     """A ``MergingTM`` and the ``openai`` client of an app over it, started with ``preferred``."""
-    sa = SimpleNamespace(
-        preferred_sampling_params=preferred,
-        allow_auto_truncate=False,
-        model_path=model_path,
-        sampling_defaults="model",
-    )
-    tm = MergingTM(tok, sa)
-    client = app_client(
-        tm, preferred_sampling_params=preferred, model_path=model_path, sampling_defaults="model"
-    )
-    return tm, oai_client(client)
+    tm, tc = preferred_app(tok, preferred, model_path)
+    return tm, openai_of(tc)
 
 
 # ------------------------------------------------------------------ --preferred-sampling-params

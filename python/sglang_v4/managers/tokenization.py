@@ -15,6 +15,7 @@ from typing import Any
 from sglang_v4.managers.control_struct import SchedulerReadyInfo, context_length_message
 from sglang_v4.managers.io_struct import GenerateReqInput, TokenizedGenerateReqInput
 from sglang_v4.prompt_tokens import encode_with_plain_spans
+from sglang_v4.sampling.preferred_params import with_preferred
 from sglang_v4.sampling.sampling_params import SamplingParams
 from sglang_v4.utils import run_blocking
 
@@ -349,7 +350,7 @@ class TokenizationMixin:
             input_ids = self._fit_to_context(input_ids, raw)
         preferred = getattr(getattr(self, "server_args", None), "preferred_sampling_params", None)
         if preferred and isinstance(raw, dict):  # --preferred-sampling-params: the request's keys win
-            raw = {**preferred, **raw}
+            raw = with_preferred(raw, preferred)
         sp_error: str | None = None
         try:
             sp = SamplingParams.from_dict(dict(raw) if isinstance(raw, dict) else raw)  # type: ignore[arg-type]

@@ -70,6 +70,7 @@ from sglang_v4.entrypoints.anthropic.protocol import (
     CountTokensRequest,
     MessagesRequest,
 )
+from sglang_v4.entrypoints.openai.request_sampling import sent_nulls
 from sglang_v4.entrypoints.openai.serving_base import RequestError
 
 __all__ = [
@@ -546,7 +547,9 @@ def _output_config(cfg: Mapping[str, Any] | None) -> tuple[Any, dict[str, Any] |
 
 def chat_request_data(req: MessagesRequest | CountTokensRequest) -> dict[str, Any]:
     """The ``/v1/chat/completions`` request body of a Messages (or count-tokens) request (module
-    docstring); ``None`` values left out (the chat defaults apply).
+    docstring); ``None`` values left out (the chat defaults apply), except a ``temperature`` /
+    ``top_p`` / ``top_k`` the client sent as ``null`` (kept, so that it wins over
+    ``--preferred-sampling-params``).
 
     Raises:
         RequestError: 400 naming the Messages field.
@@ -599,4 +602,7 @@ def chat_request_data(req: MessagesRequest | CountTokensRequest) -> dict[str, An
             stream=req.stream,
             user=user,
         )
-    return {k: v for k, v in data.items() if v is not None}
+    body = {k: v for k, v in data.items() if v is not None}
+    if isinstance(req, MessagesRequest):  # a sampling field sent as null keeps it (not the preferred value)
+        body.update(sent_nulls(req, {k: k for k in ("temperature", "top_p", "top_k")}))
+    return body

@@ -10,8 +10,12 @@ Field mapping follows SGLang 0.5.x ``srt/entrypoints/openai/serving_{completions
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Mapping
 from typing import Any
+
+from pydantic import BaseModel
 
 from sglang_v4.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
 from sglang_v4.entrypoints.openai.request_errors import (
@@ -28,7 +32,13 @@ from sglang_v4.entrypoints.openai.vllm_fields import (
 )
 from sglang_v4.sampling.sampling_params import GRAMMAR_UNAVAILABLE_MSG, TOP_K_ALL, SamplingParams
 
-__all__ = ["RANDOM_SEED", "build_sampling_params", "response_format_grammar"]
+__all__ = [
+    "RANDOM_SEED",
+    "build_sampling_params",
+    "response_format_grammar",
+    "sent_nulls",
+    "unset_preferred_keys",
+]
 
 #: The ``seed`` that asks for an unseeded (random) draw, as vLLM reads OpenAI's field
 #: (vllm-project/vllm#4531, llama.cpp's server too): ``-1`` is sent by clients that cannot leave the
@@ -100,6 +110,18 @@ _REQUEST_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+def sent_nulls(req: BaseModel, fields: Mapping[str, str]) -> dict[str, None]:
+    """The explicit ``null`` sampling fields of a request that another protocol's route (Responses,
+    Anthropic Messages) converts into a chat request: ``{chat_field: None}`` for each of its
+    ``fields`` (``{its field: the chat request's field}``) that the client sent as ``null``
+    (pydantic's ``model_fields_set``). Kept in the chat request's body, they count as sent, so
+    that, as on the chat route, the request's ``null`` wins over ``--preferred-sampling-params``
+    (:func:`unset_preferred_keys`) and takes the protocol's default; a field the client left out
+    stays out of the body and takes the preferred value."""
+    sent = req.model_fields_set
+    return {chat: None for name, chat in fields.items() if name in sent and getattr(req, name, None) is None}
+
+
 def unset_preferred_keys(
     req: CompletionRequest | ChatCompletionRequest,
     preferred: dict[str, Any] | None,
@@ -118,6 +140,12 @@ def unset_preferred_keys(
         if not any(f in sent for f in _REQUEST_FIELDS.get(key, (key,)))
         and not (chat and chat_defaults.get(key) is not None)
     ]
+
+
+def _default_of(name: str) -> Any:
+    """The default of :class:`SamplingParams` field ``name`` (SGLang's, the protocols' too)."""
+    f = next(f for f in dataclasses.fields(SamplingParams) if f.name == name)
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
 
 
 def build_sampling_params(
@@ -153,7 +181,8 @@ def build_sampling_params(
             result, protocol default included (``presence_penalty`` 0, a completion's
             ``max_tokens`` 16...), so that the tokenizer manager's ``{**preferred, **request}``
             merge applies it: the order is request, then ``chat_defaults``, then ``preferred``,
-            then the protocol's defaults.
+            then the protocol's defaults. A key the request sends as ``null`` is given its
+            default explicitly, so that the request's ``null`` wins over ``preferred``.
 
     Returns:
         ``SamplingParams.from_dict`` keyword dict (SGLang names); unset fields left out, except
@@ -223,8 +252,12 @@ def build_sampling_params(
     if d.get("top_k") == 0:  # vLLM's "0 (or -1): consider all tokens"; also a generation_config's 0
         d["top_k"] = TOP_K_ALL
     d = {k: v for k, v in d.items() if v is not None or k == "max_new_tokens"}
-    for key in unset_preferred_keys(req, preferred, chat_defaults):
+    unset = unset_preferred_keys(req, preferred, chat_defaults)
+    for key in unset:
         d.pop(key, None)
+    for key in preferred or {}:  # sent as null: the protocol's default wins over the preferred value
+        if key not in d and key not in unset:
+            d[key] = _default_of(key)
     _check_openai_ranges(req)
     # Validate now so that the client gets a 400 naming the field before anything is queued.
     try:

@@ -89,6 +89,7 @@ from sglang_v4.entrypoints.openai.protocol_responses import (
 )
 from sglang_v4.entrypoints.openai.reasoning_parser import ReasoningParser
 from sglang_v4.entrypoints.openai.request_errors import name_grammar_tool
+from sglang_v4.entrypoints.openai.request_sampling import sent_nulls
 from sglang_v4.entrypoints.openai.responses_custom_tools import (
     CUSTOM_INPUT,
     custom_call_input,
@@ -132,8 +133,16 @@ from sglang_v4.entrypoints.openai.serving_responses_stored import StoredResponse
 from sglang_v4.entrypoints.openai.tool_parser import TOOL_CALL_PARSERS
 from sglang_v4.entrypoints.sse_keep_alive import close_generation
 from sglang_v4.entrypoints.sse_response import ClosingStreamingResponse
+from sglang_v4.sampling.preferred_params import with_preferred
 
 __all__ = ["ResponsesMixin"]
+
+#: The Responses sampling fields and the chat request's fields they become (an explicit null kept).
+_SAMPLING_FIELDS = {
+    "max_output_tokens": "max_completion_tokens",
+    **{k: k for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed")},
+    **{k: k for k in ("frequency_penalty", "presence_penalty")},
+}
 
 #: Chat request fields whose errors name the Responses field the client sent instead.
 _FIELD_NAMES = {
@@ -236,7 +245,8 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
                 run = await self._prepare_chat(chat_req)
         except RequestError as e:
             raise _responses_error(e) from None
-        sp = run.obj.sampling_params or {}
+        # the values sampled with: the route's, then --preferred-sampling-params under them
+        sp = with_preferred(run.obj.sampling_params, getattr(self.args, "preferred_sampling_params", None))
         base = ResponseObject(
             id=new_item_id("resp"),
             status="in_progress",
@@ -345,7 +355,10 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         if _wants_logprobs(req):
             data.update(logprobs=True, top_logprobs=req.top_logprobs or 0)
         try:
-            chat_req = ChatCompletionRequest.model_validate({k: v for k, v in data.items() if v is not None})
+            body = {k: v for k, v in data.items() if v is not None}
+            # a sampling field sent as null keeps its null: the request's, not the preferred value
+            body.update(sent_nulls(req, _SAMPLING_FIELDS))
+            chat_req = ChatCompletionRequest.model_validate(body)
         except ValidationError as e:  # the fields were checked above; a 400, never a 500
             raise RequestError(f"Invalid request: {e.errors()[0].get('msg')}", param="input") from None
         chat_req._string_value_formats = {
@@ -528,7 +541,8 @@ class ResponsesMixin(StoredResponsesMixin, ChatMixin):
         lps = None
         if _wants_logprobs(job.req):
             # a token's record goes out with the delta that sends its text (vllm-project/vllm#31135)
-            skip = (run.obj.sampling_params or {}).get("skip_special_tokens", True)
+            preferred = getattr(self.args, "preferred_sampling_params", None)
+            skip = with_preferred(run.obj.sampling_params, preferred).get("skip_special_tokens", True)
             ready = self._logprobs_ready(st, meta, ret.get("text") or "", fr is not None, skip is not False)
             if content_d:
                 done = self._reasoning_tokens(
