@@ -37,7 +37,7 @@ def test_anthropic_sdk_gets_anthropic_model_shapes(tok: PreTrainedTokenizerFast)
     assert set(raw) == {"data", "has_more", "first_id", "last_id"} and "object" not in raw
     got = client.models.retrieve(MODEL)
     assert isinstance(got, ModelInfo) and got.id == MODEL and got.type == "model"
-    assert client.models.retrieve("default").id == "default"
+    assert client.models.retrieve("default").id == MODEL  # an accepted alias: the listed id
     assert client.models.list(after_id=MODEL).data == []
     assert client.models.list(limit=1).data[0].id == MODEL
     bad = tc.get(

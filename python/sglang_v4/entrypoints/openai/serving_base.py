@@ -235,6 +235,15 @@ class OpenAIServingBase:
                 f"The model `{model}` does not exist. {self._served_names_sentence()}", 404, param="model"
             )
 
+    def _listed_name(self, model: str) -> str:
+        """The id ``/v1/models`` lists for ``model``, a name :meth:`_check_model` accepts: the
+        served name equal to it up to trailing ``/``, else (``"default"``, the model path) the
+        first served name. ``GET /v1/models/{model}`` answers with this id, so a retrieved card
+        is one of the listed cards and never an id the list lacks (``"default"``, ``"name/"``)."""
+        names = self.model_names or [self.model_name]
+        wanted = _strip_slash(model)
+        return next((n for n in names if _strip_slash(n) == wanted), names[0])
+
     def _served_names_sentence(self) -> str:
         """The sentence of the model-not-found 404 that names what to send: the served name, or
         every served name (``--served-model-name a b``) in ``/v1/models``'s order."""
@@ -492,7 +501,8 @@ class OpenAIServingBase:
         )
 
     async def retrieve_model(self, request: Request, model: str) -> Response:
-        """``GET /v1/models/{model}``: the model card for a name the API accepts, else 404 (as SGLang);
+        """``GET /v1/models/{model}``: the listed model card (:meth:`_listed_name`) for a name the
+        API accepts, else 404 (as SGLang);
         Anthropic's ``ModelInfo`` and error body for a request carrying ``anthropic-version``."""
         from sglang_v4.entrypoints.anthropic import models as anthropic_models
         from sglang_v4.entrypoints.anthropic.serving_messages import anthropic_error_response
@@ -511,6 +521,7 @@ class OpenAIServingBase:
             if anthropic:
                 return anthropic_error_response(e.message, e.status)
             return error_response(e.message, e.status, e.err_type, e.param)
+        listed = self._listed_name(model)
         if anthropic:
-            return JSONResponse(anthropic_models.anthropic_model(model, self._context_len()))
-        return JSONResponse(self._model_card(model).model_dump())
+            return JSONResponse(anthropic_models.anthropic_model(listed, self._context_len()))
+        return JSONResponse(self._model_card(listed).model_dump())
