@@ -226,7 +226,9 @@ def encode_entries(x: torch.Tensor, fmt: EntryFormat) -> torch.Tensor:
     Returns:
         ``[..., fmt.row_elems]`` of ``fmt.storage_dtype``: uint8 bytes of
         :func:`~sgl_kernel_v4.ref.kv_quant.quantize_kv_fp8` / ``quantize_indexer_fp8`` /
-        ``quantize_indexer_fp4`` for the quantized codecs, a plain cast otherwise.
+        ``quantize_indexer_fp4`` for the quantized codecs, a cast otherwise; every codec rounds a
+        float64 input once, to the nearest value of the stored format
+        (:func:`~sgl_kernel_v4.ref.kv_quant.to_float32_round_odd`).
 
     Raises:
         ValueError: if the last dimension of ``x`` is not ``fmt.dim``.
@@ -241,6 +243,8 @@ def encode_entries(x: torch.Tensor, fmt: EntryFormat) -> torch.Tensor:
         out = kv_quant.quantize_indexer_fp8(x2)
     elif fmt.codec is EntryCodec.FP4_INDEXER:
         out = kv_quant.quantize_indexer_fp4(x2)
+    elif fmt.storage_dtype == torch.bfloat16:  # float64 rounded once, not via a float32 rounding
+        out = kv_quant.to_float32_round_odd(x2).to(torch.bfloat16)
     else:
         out = x2.to(fmt.storage_dtype)
     return out.reshape(*lead, out.shape[-1])

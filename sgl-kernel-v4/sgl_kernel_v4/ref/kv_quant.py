@@ -56,6 +56,7 @@ import torch
 __all__ = [
     "FP8_E4M3_MAX",
     "FP4_E2M1_MAX",
+    "to_float32_round_odd",
     "kv_fp8_entry_bytes",
     "kv_fp8_data_bytes",
     "indexer_fp8_entry_bytes",
@@ -134,6 +135,32 @@ def indexer_fp4_entry_bytes(index_head_dim: int = 128) -> int:
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
+def to_float32_round_odd(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as float32, a float64 input rounded *to odd* (truncated towards zero, the last
+    mantissa bit set when inexact); any other float dtype converts exactly or as ``Tensor.to``.
+
+    A later round-to-nearest-even to a format with at least two fewer significand bits (e4m3,
+    e2m1, bf16) then gives the correctly rounded value of the float64 input (Boldo & Melquiond,
+    "When double rounding is odd", 2005). A plain float64 -> float32 (or torch's float64 ->
+    float8 / bfloat16, which goes through float32) rounding can land a value just past a midpoint
+    of the narrow format exactly on it, and ties-to-even then picks the wrong neighbour. Values
+    beyond float32's range become its largest finite value (with their sign); NaN and inf stay.
+
+    Args:
+        x: a floating-point tensor of any shape.
+
+    Returns:
+        float32 tensor of ``x``'s shape.
+    """
+    y = x.to(torch.float32).contiguous()
+    if x.dtype != torch.float64:
+        return y
+    over = y.double().abs() > x.abs()  # rounded away from zero: step back one ulp towards it
+    y = torch.where(over, torch.nextafter(y, torch.zeros_like(y)), y)
+    inexact = (y.double() != x) & ~torch.isnan(x)
+    return (y.view(torch.int32) | inexact.to(torch.int32)).view(torch.float32)
+
+
 def _check_2d(x: torch.Tensor, name: str, last: int | None = None) -> None:
     if x.dim() != 2:
         raise ValueError(f"{name}: expected a 2-D tensor [N, D], got shape {tuple(x.shape)}")
@@ -188,7 +215,8 @@ def quantize_kv_fp8(x: torch.Tensor, rope_dim: int = 64, quant_block: int = 64) 
     """Encode KV entries to the fp8 layout described in the module docstring.
 
     Args:
-        x: ``[N, head_dim]`` float tensor (fp32 / bf16 / fp16), ``[nope | rope]`` per row, the rope
+        x: ``[N, head_dim]`` float tensor (fp32 / bf16 / fp16 / fp64: rounded once, see
+            :func:`to_float32_round_odd`), ``[nope | rope]`` per row, the rope
             slice already rotated (the cache stores post-RoPE keys).
         rope_dim: trailing dims stored as bf16 (64 for DeepSeek-V4).
         quant_block: nope values per ue8m0 scale (64).
@@ -205,12 +233,12 @@ def quantize_kv_fp8(x: torch.Tensor, rope_dim: int = 64, quant_block: int = 64) 
     n, head_dim = x.shape
     nope = _check_kv_dims(head_dim, rope_dim, quant_block)
     nb = nope // quant_block
-    xf = x.to(torch.float32)
+    xf = to_float32_round_odd(x)
     blocks = xf[:, :nope].reshape(n, nb, quant_block)
     exp = _pow2_exponent(blocks.abs().amax(dim=-1), FP8_E4M3_MAX)  # [N, nb]
     q = blocks * _exp2(-exp).unsqueeze(-1)
     q = q.clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn).reshape(n, nope)
-    rope = x[:, nope:].to(torch.bfloat16)
+    rope = to_float32_round_odd(x[:, nope:]).to(torch.bfloat16)
     scales = torch.clamp(exp + 127, 0, 255).to(torch.uint8)
     pad = torch.zeros(n, 1, dtype=torch.uint8, device=x.device)
     return torch.cat([_bytes_of(q), _bytes_of(rope), scales, pad], dim=1)
@@ -269,7 +297,7 @@ def quantize_indexer_fp8(x: torch.Tensor) -> torch.Tensor:
     _check_2d(x, "x")
     _check_float(x, "x")
     n = x.shape[0]
-    xf = x.to(torch.float32)
+    xf = to_float32_round_odd(x)
     exp = _pow2_exponent(xf.abs().amax(dim=-1), FP8_E4M3_MAX)  # [N]
     scale = _exp2(exp)
     q = (xf * _exp2(-exp).unsqueeze(-1)).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
@@ -326,7 +354,7 @@ def quantize_indexer_fp4(x: torch.Tensor) -> torch.Tensor:
     n, d = x.shape
     indexer_fp4_entry_bytes(d)  # validates d
     nb = d // _FP4_BLOCK
-    xf = x.to(torch.float32).reshape(n, nb, _FP4_BLOCK)
+    xf = to_float32_round_odd(x).reshape(n, nb, _FP4_BLOCK)
     # scale = 2 ** ceil(log2(max(amax / 6, 1e-4))), exponent byte clamped to [1, 254]
     amax6 = xf.abs().amax(dim=-1) / FP4_E2M1_MAX
     exp = _pow2_exponent(amax6, 1.0)
