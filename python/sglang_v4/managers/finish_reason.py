@@ -1,6 +1,6 @@
 """Finish reasons as SGLang reports them in ``meta_info["finish_reason"]`` (the JSON shapes of
 SGLang's ``FINISH_MATCHED_*``, ``FINISH_LENGTH`` and ``FINISH_ABORT`` ``to_json()``), and SGLang's
-abort messages. Carried in :class:`~.io_struct.BatchTokenIDOut` / :class:`~.io_struct.BatchStrOut`.
+abort messages. Carried in :class:`~.output_struct.BatchTokenIDOut` / :class:`~.output_struct.BatchStrOut`.
 """
 
 from __future__ import annotations

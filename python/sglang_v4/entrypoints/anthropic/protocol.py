@@ -5,7 +5,7 @@ blocks, and the error body.
 Field names and shapes follow Anthropic's API reference (the ``anthropic`` client's ``types``
 parse them; the tests validate every body and stream event against those types). The request
 models check the top-level types only (pydantic's strict mode, as on the OpenAI routes); the
-content blocks are read, and checked field by field, by :mod:`.messages_input`. Unknown fields
+content blocks are read, and checked field by field, by :mod:`.messages_content`. Unknown fields
 (``cache_control``, ``container``...) are ignored, as on the other routes; ``service_tier`` is
 checked and answered (:data:`MESSAGES_SERVICE_TIERS`).
 """
@@ -98,7 +98,7 @@ class MessageParam(_Req):
     """One input message: ``role`` ``user``, ``assistant`` or ``system`` (the Anthropic SDK's
     ``SystemMessageParam``: an instruction at its place in the conversation, ``content`` a string
     or ``text`` blocks), ``content`` a string or a list of content blocks (read by
-    :mod:`.messages_input`).
+    :mod:`.messages_content`).
 
     ``role`` is compared case-sensitively: ``"User"`` or ``"ASSISTANT"`` is a 400 naming
     ``messages.N.role`` (``Input should be 'user', 'assistant' or 'system'``), unlike on
