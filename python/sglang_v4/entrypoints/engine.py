@@ -33,6 +33,7 @@ from sglang_v4.entrypoints.engine_loop import (
     rest_of_stream,
     run_loop_then_close,
 )
+from sglang_v4.entrypoints.engine_python_values import plain_python_values
 from sglang_v4.entrypoints.engine_score_mixin import EngineScoreMixin
 from sglang_v4.entrypoints.engine_sglang_methods import EngineSGLangMethodsMixin
 from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
@@ -310,7 +311,8 @@ class Engine(EngineControlMixin, EngineScoreMixin, EngineSGLangMethodsMixin):
                 raise ValueError(f"{name} is not supported by sglang-v4.")
         sglang_kwargs.pop("external_trace_header", None)
         body = {("text" if k == "prompt" else k): v for k, v in args.items()}
-        return parse_generate_body({**sglang_kwargs, **body})
+        # numpy / torch token ids and numbers stand for Python ones (engine_python_values.py)
+        return parse_generate_body(plain_python_values({**sglang_kwargs, **body}))
 
     def generate(
         self,
@@ -351,7 +353,8 @@ class Engine(EngineControlMixin, EngineScoreMixin, EngineSGLangMethodsMixin):
         ``token_ids_logprob`` (with ``return_logprob``; one list, or ``None``, per prompt in a batch) adds
         ``input_token_ids_logprobs`` / ``output_token_ids_logprobs``: per position such an entry
         per asked id, in its order (``None`` for the first prompt position).
-        ``stream=True`` returns an iterator of cumulative chunks. With ``skip_tokenizer_init=True``
+        ``input_ids`` and numbers may be numpy / torch arrays, tensors or scalars (their Python
+        values are used). ``stream=True`` returns an iterator of cumulative chunks. With ``skip_tokenizer_init=True``
         the dicts are ``{"output_ids", "meta_info"}`` (no ``"text"``; logprob texts ``None``), and
         a ``prompt``, stop strings (``stop`` / ``stop_regex``) or a grammar raise ``ValueError``.
 

@@ -10,6 +10,7 @@ import concurrent.futures
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from sglang_v4.entrypoints.engine_python_values import plain_python_values
 from sglang_v4.managers.tokenizer_manager_score_mixin import ScoreResult
 
 __all__ = ["EngineScoreMixin"]
@@ -95,7 +96,8 @@ class EngineScoreMixin:
 
 
 def _score_kwargs(args: dict[str, Any]) -> dict[str, Any]:
-    """``score``'s arguments as ``score_request``'s keywords (no HTTP request)."""
-    kwargs = {k: v for k, v in args.items() if k != "self"}
+    """``score``'s arguments as ``score_request``'s keywords (no HTTP request); numpy / torch
+    token ids and numbers as their Python values (:mod:`~sglang_v4.entrypoints.engine_python_values`)."""
+    kwargs = {k: plain_python_values(v) for k, v in args.items() if k != "self"}
     kwargs["request"] = None
     return kwargs
