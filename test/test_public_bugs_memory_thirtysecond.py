@@ -161,3 +161,22 @@ def test_stream_reader_that_falls_behind_buffers_one_output_not_every_one(engine
     rest = list(it)
     assert rest[-1]["text"] == expected(n) and rest[-1]["meta_info"]["finish_reason"] is not None
     _wait_idle(engine)
+
+
+def test_batch_with_an_over_long_prompt_is_refused_and_leaves_no_state(engine: Any, expected: Any) -> None:
+    """sgl-project/sglang#28380 in its reported form (a batch whose one prompt was over the context
+    length raised while being tokenized, after request states were made for all its prompts, and
+    every one of them leaked): a two-prompt batch whose second prompt (token ids) is one past the
+    longest prompt the server takes is refused with ``ValueError`` naming that length; no request
+    is left in the table and the same ``rid``s then run and give the fake model's text."""
+    tm = engine.tokenizer_manager
+    limit = int(tm.max_req_input_len)
+    rids = ["long28380a", "long28380b"]
+    with pytest.raises(ValueError, match=str(limit)):
+        engine.generate(
+            input_ids=[[5, 6], [7] * (limit + 1)], rid=rids, sampling_params={"max_new_tokens": 2}
+        )
+    _wait_idle(engine)
+    outs = engine.generate(input_ids=[[5, 6], [7, 8]], rid=rids, sampling_params={"max_new_tokens": 2})
+    assert [o["text"] for o in outs] == [expected(2)] * 2
+    _wait_idle(engine)
