@@ -27,6 +27,7 @@ class ReqState:
     stop_strs: list[str]
     no_stop_trim: bool
     event: asyncio.Event = field(default_factory=asyncio.Event)
+    #: the latest output not read yet (at most one: outputs are cumulative, a newer one replaces it)
     out_list: list[dict[str, Any]] = field(default_factory=list)
     finished: bool = False
     error: RequestError | None = None

@@ -154,10 +154,41 @@ class TokenizerAbortMixin:
         self: TokenizerManager, tokenized: list[TokenizedGenerateReqInput], ticket: AdmissionTicket
     ) -> None:
         """Send the registered requests to the scheduler, except those an abort named while they
-        were admitted: they end here, as the scheduler ends a queued request it aborts."""
+        were admitted: they end here, as the scheduler ends a queued request it aborts.
+
+        A send that fails (the socket closed or broken) fails the whole request and leaves none of
+        its state behind: the requests not sent leave ``rid_to_state`` at once, those already sent
+        are aborted and wait in :attr:`abandoned` for their final output (their ``rid`` is free
+        again once it arrives), as a request whose caller went away does.
+
+        Raises:
+            RequestError: 503, naming the failed send.
+        """
         aborted = [t for t in tokenized if t.rid in ticket.aborted_rids]
-        for t in tokenized:
-            if t.rid not in ticket.aborted_rids:
-                self._send.send_pyobj(t)
+        sent: list[str] = []
+        try:
+            for t in tokenized:
+                if t.rid not in ticket.aborted_rids:
+                    self._send.send_pyobj(t)
+                    sent.append(t.rid)
+        except Exception as e:
+            self._forget_unsent(tokenized, sent)
+            raise RequestError(f"Could not send the request to the scheduler: {e}", 503) from e
         if aborted:
             self._handle_batch_output(queued_abort_output(aborted))
+
+    def _forget_unsent(
+        self: TokenizerManager, tokenized: list[TokenizedGenerateReqInput], sent: list[str]
+    ) -> None:
+        """Drop the registered states of ``tokenized`` after a failed send: those in ``sent``
+        reached the scheduler and are aborted (kept in :attr:`abandoned` until their final output
+        arrives); the others leave ``rid_to_state`` now."""
+        for t in tokenized:
+            state = self.rid_to_state.pop(t.rid, None)
+            if state is None or t.rid not in sent:
+                continue
+            try:
+                self._send.send_pyobj(AbortReq(rid=t.rid))
+            except Exception:  # the socket is broken: no output will come for it either
+                continue
+            self.abandoned.add(t.rid, state)

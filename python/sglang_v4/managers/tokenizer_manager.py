@@ -347,10 +347,12 @@ class TokenizerManager(
                 )
             if state.finished and self.server_args.log_requests:
                 self._log_finished(rid, state, meta, None if self.skip_tokenizer_init else text)
+            # outputs are cumulative and the reader takes the latest: an unread one is replaced, so
+            # a reader that falls behind leaves one output here, not a copy per step (O(n^2))
             if self.skip_tokenizer_init:  # SGLang's shape without a tokenizer: no "text" key
-                state.out_list.append({"output_ids": list(state.output_ids), "meta_info": meta})
+                state.out_list = [{"output_ids": list(state.output_ids), "meta_info": meta}]
             else:
-                state.out_list.append({"text": text, "output_ids": list(state.output_ids), "meta_info": meta})
+                state.out_list = [{"text": text, "output_ids": list(state.output_ids), "meta_info": meta}]
             state.event.set()
 
     def _observe_finished(self, state: ReqState, recv: BatchStrOut, i: int, now: float) -> None:

@@ -342,6 +342,10 @@ class BatchMixin(FilesMixin):
         except Exception as e:  # a fault of the server: the batch fails, the server goes on
             logger.exception("Batch %s failed", batch.id)
             self._fail(batch, [BatchError(code="server_error", message=f"The batch failed: {e}")])
+        finally:
+            # a finished task keeps its result (the whole answer of its request): the batch is kept
+            # (listable) for as long as the server runs, its answers only in its files
+            run.line_tasks = []
 
     @staticmethod
     def _fail(batch: BatchObject, errors: list[BatchError]) -> None:
