@@ -20,6 +20,12 @@ rejects that the compiled grammar accepts):
 * ``propertyNames`` beside ``patternProperties``: keys that match a ``patternProperties`` regex
   (and, beside ``properties`` too, every other key) were not checked against it
   (mlc-ai/xgrammar#841);
+* ``additionalProperties`` other than ``false`` (a schema, ``true``, ``{}``) beside
+  ``patternProperties``: with ``properties`` too, a key matching a regex could take the
+  ``additionalProperties`` schema instead (``{"age": "s"}`` under ``"^age$": integer`` and
+  ``additionalProperties: {"type": "string"}``), and under ``true`` a declared name took any
+  value; without ``properties`` the object was closed to every key no regex matches
+  (sourcemeta/learnjsonschema.com#130's example);
 * a ``patternProperties`` regex that matches a name ``properties`` declares: the key got only the
   ``properties`` subschema and could come twice, the second time through the pattern
   (guidance-ai/llguidance#265's schema gave ``{"score": 5, ..., "score": 632}``);
@@ -340,6 +346,11 @@ def _node_problem(node: dict[str, Any], ref_siblings_apply: bool = True) -> str 
             return f"{k!r}"
     if node.get("propertyNames") not in (None, {}, True) and node.get("patternProperties"):
         return "'propertyNames' together with 'patternProperties' (keys matching a pattern escape it)"
+    if node.get("patternProperties") and node.get("additionalProperties", False) is not False:
+        return (
+            "'additionalProperties' other than false together with 'patternProperties' (a key"
+            " matching a pattern could take the additionalProperties schema instead)"
+        )
     clash = _declared_key_matching_a_pattern(node)
     if clash is not None:
         return f"'patternProperties' regex {clash[1]!r} matching the declared property {clash[0]!r}"
