@@ -271,8 +271,9 @@ def test_agentgateway_2147_tool_use_blocks_close_after_their_last_delta(tok: Any
     ``input`` of ``content_block_start`` lost the streamed one). Expected for a text then two
     calls on ``/v1/messages``: blocks are numbered 0, 1, 2 in order; each block's start, deltas
     and stop are contiguous (no event of another block between them); a ``tool_use`` start has
-    ``input: {}`` and its ``partial_json`` pieces parse to the call's arguments; the ``anthropic`` client's ``MessageStream`` gives the unstreamed
-    message's blocks and ``stop_reason`` ``tool_use``."""
+    ``input: {}`` and its ``partial_json`` pieces parse to the call's arguments; the
+    ``anthropic`` client's ``MessageStream`` gives the unstreamed message's blocks and
+    ``stop_reason`` ``tool_use``."""
     tm = PromptTM(tok, reply="Checking both." + TWO_CALLS)
     client, _, tc = make_clients(tm)
     body = {"messages": USER, "tools": [WEATHER], "max_tokens": 300}
