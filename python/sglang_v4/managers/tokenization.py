@@ -394,8 +394,15 @@ class TokenizationMixin:
             return_logprob=bool(obj.return_logprob),
             max_new_tokens=sp.max_new_tokens,
         )
+        # SGLang's scheduler ignores logprob_start_len / top_logprobs_num of a request that asks
+        # for no logprobs (sglang#16240): their ranges are checked only when they are used.
+        # token_ids_logprob is validated either way, as SGLang's tokenizer manager does
         tln = obj.top_logprobs_num if obj.top_logprobs_num is not None else 0
-        if isinstance(tln, bool) or not isinstance(tln, int) or not 0 <= tln <= self.vocab_size:
+        if isinstance(tln, bool) or not isinstance(tln, int):
+            raise RequestError(f"top_logprobs_num must be an integer (got {tln!r}).")
+        if not obj.return_logprob:
+            tln = 0
+        elif not 0 <= tln <= self.vocab_size:
             raise RequestError(
                 f"top_logprobs_num must be an integer in [0, {self.vocab_size}] (got {tln!r})."
             )
@@ -439,7 +446,8 @@ def resolve_logprob_start_len(
     SGLang's rules (``Scheduler.handle_generate_request``): ``-1`` means output logprobs only;
     ``0 <= value < num_input_tokens`` returns prompt positions ``value ..`` (position 0's logprob is
     ``None``); ``value == num_input_tokens`` is accepted and returns no prompt logprobs (as ``-1``);
-    a larger value is an error. One addition: when ``value`` is not given (``None``), the request
+    a larger value is an error. Without ``return_logprob`` any integer is ignored (``-1``), as
+    SGLang's scheduler resets it. One addition: when ``value`` is not given (``None``), the request
     asks for logprobs and generates nothing (``max_new_tokens == 0``), the prompt's logprobs from
     position 0 are returned, since output-only logprobs would be empty. The SGLang frontend relies
     on this: ``RuntimeEndpoint.select`` with ``unconditional_likelihood_normalized`` sends exactly
@@ -456,11 +464,16 @@ def resolve_logprob_start_len(
         ``-1`` (no prompt logprobs) or a position in ``[0, num_input_tokens)``.
 
     Raises:
-        RequestError: ``value`` is not an integer ``>= -1`` or exceeds ``num_input_tokens``.
+        RequestError: ``value`` is not an integer, or (with ``return_logprob``) is below ``-1`` or
+            exceeds ``num_input_tokens``.
     """
     if value is None:
         return 0 if return_logprob and max_new_tokens == 0 else -1
-    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(f"logprob_start_len must be an integer >= -1 (got {value!r}).")
+    if not return_logprob:
+        return -1  # SGLang ignores it without return_logprob (its scheduler sets -1; sglang#16240)
+    if value < -1:
         raise RequestError(f"logprob_start_len must be an integer >= -1 (got {value!r}).")
     if value > num_input_tokens:
         raise RequestError(
