@@ -237,14 +237,16 @@ def create_gateway_app(router_url: str, replica_urls: Sequence[str]) -> web.Appl
     Args:
         router_url: ``http://host:port`` of ``sglang-router``.
         replica_urls: the replicas' ``http://host:port``; the model routes go to them in turn, the
-            next one when one cannot be reached.
+            next one when one cannot be reached. A trailing ``/`` on any URL is dropped
+            (``http://host:port/`` names the same server; each request path is appended to it).
 
     Raises:
         ValueError: ``replica_urls`` is empty.
     """
     if not replica_urls:
         raise ValueError("replica_urls: the gateway needs at least one replica")
-    replicas = list(replica_urls)
+    router_url = router_url.rstrip("/")
+    replicas = [url.rstrip("/") for url in replica_urls]
     turn = itertools.cycle(range(len(replicas)))
     in_flight = RidsInFlight()
     app = web.Application(client_max_size=0)  # bodies are the router's and replicas' to bound
