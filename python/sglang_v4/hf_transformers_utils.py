@@ -144,6 +144,7 @@ class FastTokenizer:
         extra = [_added_token(t) for t in extra_cfg]
         decoder = cfg.get("added_tokens_decoder")
         self._add_missing_tokens(named, extra, decoder if isinstance(decoder, dict) else {})
+        self._register_named_special_tokens(named)
         contents = {k: _token_content(v) for k, v in named.items()}
         self.bos_token = contents["bos_token"]
         self.eos_token = contents["eos_token"]
@@ -204,6 +205,26 @@ class FastTokenizer:
                 tok.special = True
             final.append(tok)
         self._tok.add_tokens(final)
+
+    def _register_named_special_tokens(self, named: dict[str, Any]) -> None:
+        """Register the named special tokens (``bos_token``, ``eos_token``, ...) with ``tokenizers``
+        as special, as transformers 5 does once loaded (``TokenizersBackend._post_init``): a token that
+        ``tokenizer.json`` holds as a non-special added token (or as a vocabulary token) becomes
+        special, so ``decode(skip_special_tokens=True)`` drops it as transformers does (an EOS
+        named in ``tokenizer_config.json`` but not flagged special in ``tokenizer.json`` would
+        otherwise stay in the output text). A string is registered as transformers registers
+        it: not normalized. The extra special tokens keep their ``tokenizer.json`` flags, as
+        there (transformers 5.25 decodes a non-special one even with ``skip_special_tokens``)."""
+        import tokenizers
+
+        tokens = []
+        for tok in named.values():
+            if isinstance(tok, str):
+                tokens.append(tokenizers.AddedToken(tok, special=True, normalized=False))
+            elif tok is not None and _token_content(tok) is not None:
+                tokens.append(tok)
+        if tokens:
+            self._tok.add_special_tokens(tokens)
 
     def __len__(self) -> int:
         return int(self._tok.get_vocab_size(with_added_tokens=True))
