@@ -250,7 +250,7 @@ def regex_tm(tok: Any, backend: GrammarBackend) -> Any:
         ("/v1/completions", {"structured_outputs": {"regex": "a(?=b)"}}, "structured_outputs"),
         ("/v1/chat/completions", {"regex": "a(?=b)"}, "regex"),
         ("/v1/chat/completions", {"guided_regex": ""}, "guided_regex"),
-        ("/v1/completions", {"structured_outputs": {"regex": " "}}, "structured_outputs"),
+        ("/v1/completions", {"structured_outputs": {"regex": ""}}, "structured_outputs"),
     ],
 )
 def test_regex_error_names_the_field_the_client_sent(

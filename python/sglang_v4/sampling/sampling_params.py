@@ -300,11 +300,13 @@ class SamplingParams:
 
         # A grammar field is a non-empty string or unset: an empty regex / ebnf / schema names no
         # grammar (xgrammar would reject it or constrain the output to nothing), so it is a 400.
+        # Only the EBNF and JSON texts are empty when they hold only whitespace: a regex of
+        # whitespace (" ", "\n") is a pattern whose language is that whitespace.
         for name in ("json_schema", "regex", "ebnf", "structural_tag"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, str):
                 raise ValueError(f"{name} must be a string, got {type(v).__name__}.")
-            if v is not None and not v.strip():
+            if v is not None and (v == "" if name == "regex" else not v.strip()):
                 raise ValueError(f"{name} must not be empty (leave it unset for unconstrained output).")
 
         if 0.0 <= self.temperature < SAMPLING_EPS:

@@ -176,23 +176,33 @@ def vocabulary_constraints(req: Any, tokenizer: Any) -> dict[str, Any]:
     return out
 
 
-def _choice_ebnf(choices: list[str]) -> str:
+def _choice_ebnf(choices: list[str], field: str = "guided_choice") -> str:
     """An EBNF grammar (xgrammar's dialect) whose language is exactly ``choices``: the
     alternation of their string literals, escaped as JSON strings (the escapes xgrammar's EBNF
     reads: ``\\"``, ``\\\\``, ``\\n``, ``\\uXXXX``).
 
+    Args:
+        choices: the strings.
+        field: the request path they came from (``guided_choice`` or
+            ``structured_outputs.choice``): what an error names (``param`` is its top-level field).
+
     Raises:
-        RequestError: an empty list or an empty choice (400, ``guided_choice``).
+        RequestError: an empty list or an empty choice (400 naming ``field``).
     """
     if not choices or any(c == "" for c in choices):
         raise RequestError(
-            "guided_choice must be a non-empty list of non-empty strings.", param="guided_choice"
+            f"{field} must be a non-empty list of non-empty strings.", param=field.split(".")[0]
         )
     return "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
 
 
 def _schema_text(schema: str | dict[str, Any], field: str) -> str:
     """A JSON schema given as an object or as JSON text, as JSON text.
+
+    Args:
+        schema: the schema.
+        field: the request path it came from (``guided_json``, ``structured_outputs.json``): what
+            an error names (``param`` is its top-level field).
 
     Raises:
         RequestError: a text that is not JSON (400 naming ``field``).
@@ -202,7 +212,7 @@ def _schema_text(schema: str | dict[str, Any], field: str) -> str:
     try:
         json.loads(schema)
     except ValueError as e:
-        raise RequestError(f"{field} is not valid JSON: {e}", param=field) from None
+        raise RequestError(f"{field} is not valid JSON: {e}", param=field.split(".")[0]) from None
     return schema
 
 
@@ -244,9 +254,19 @@ def vllm_grammar(req: Any) -> tuple[dict[str, str], str | None]:
     ``structural_tag``: the JSON text as given.
 
     Raises:
-        RequestError: more than one constraint (400 naming the second), or a malformed one.
+        RequestError: more than one constraint (400 naming the second), a malformed one (400
+            naming its request path, e.g. ``structured_outputs.choice``), or a
+            ``structured_outputs`` object that sets none (``{}``, ``{"json_object": false}``: vLLM
+            refuses it too, as it names no constraint).
     """
     found = _constraints(req)
+    so = getattr(req, "structured_outputs", None)
+    if so is not None and not any(f.startswith("structured_outputs.") for f, _, _ in found):
+        raise RequestError(
+            "structured_outputs must set one constraint (json, regex, choice, grammar, "
+            "json_object: true or structural_tag); leave it unset for unconstrained output.",
+            param="structured_outputs",
+        )
     if len(found) > 1:
         names = ", ".join(f for f, _, _ in found)
         raise RequestError(
@@ -258,9 +278,9 @@ def vllm_grammar(req: Any) -> tuple[dict[str, str], str | None]:
     field, kind, value = found[0]
     param = field.split(".")[0]
     if field.endswith("choice"):
-        return {kind: _choice_ebnf(value)}, param
+        return {kind: _choice_ebnf(value, field)}, param
     if kind == "json_schema":
-        return {kind: _schema_text(value, param)}, param
+        return {kind: _schema_text(value, field)}, param
     return {kind: value}, param
 
 
