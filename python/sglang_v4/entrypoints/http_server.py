@@ -84,6 +84,7 @@ from sglang_v4.entrypoints.admission import (
 from sglang_v4.entrypoints.control_api import create_control_router
 from sglang_v4.entrypoints.dp_rank_header import DP_RANK_HEADER, header_overrides_body_pins
 from sglang_v4.entrypoints.head_requests import HeadAsGetMiddleware
+from sglang_v4.entrypoints.http_request_metrics import HttpRequestMetricsMiddleware, http_metrics_of
 from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
 from sglang_v4.entrypoints.launcher import CHILD_CHECK_INTERVAL_S, Subprocesses
 from sglang_v4.entrypoints.lifecycle import StopSignal
@@ -276,6 +277,11 @@ def create_app(
     )
     # Outside the admission checks, so their errors name the request too (request_id.py).
     app.add_middleware(RequestIdMiddleware)
+    if server_args.enable_metrics:  # every exchange, refused ones too (http_request_metrics.py)
+        app.add_middleware(
+            HttpRequestMetricsMiddleware,
+            get_metrics=lambda: http_metrics_of(state.tokenizer_manager),
+        )
     # Added last, so outermost (as SGLang's app, any origin): it answers browsers' preflights and
     # puts the CORS headers on every response, the admission's 401 / 413 / 503 errors included;
     # browsers may read the request-id headers.

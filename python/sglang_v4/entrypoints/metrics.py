@@ -5,6 +5,8 @@ collectors (its production-metrics documentation lists them), so its Grafana das
 rules work unchanged: every series has the label ``model_name`` (the served model name); the
 per-request families also carry SGLang's ``is_streaming`` (``"true"`` / ``"false"``) and
 ``cached_tokens_total`` its ``cache_source`` (``"device"``: the GPU radix cache is the only one).
+SGLang's HTTP-level families (``sglang:http_requests_total`` ...) are
+:mod:`~sglang_v4.entrypoints.http_request_metrics`'s, in the same registry.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from sglang_v4.entrypoints.http_request_metrics import HttpRequestMetrics
 from sglang_v4.managers.req_time_stats import STAGE_NAMES
 
 #: Default histogram bucket bounds in seconds (SGLang's defaults for the same histograms).
@@ -258,6 +261,8 @@ class TokenizerMetrics:
         )
         self._retractions_seen = 0
         self._init_series()
+        #: SGLang's HTTP-level families (``sglang:http_requests_total`` ...).
+        self.http = HttpRequestMetrics(reg, self.labels)
 
     def _init_series(self) -> None:
         """Create every counter and histogram series at 0 for each label set it can take
