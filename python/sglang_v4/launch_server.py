@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from typing import TYPE_CHECKING, NoReturn
 
@@ -83,14 +84,17 @@ def expand_config_file(argv: list[str], parser: argparse.ArgumentParser) -> list
     a flag given on the command line wins over the file (argparse keeps the last value).
 
     The file is a YAML mapping of flag names (``tp-size`` or ``tp_size``, any long spelling of a
-    flag) to values: ``true`` sets a switch (``false`` leaves it off; another flag gets ``true`` /
-    ``false`` as its text), a list gives a flag its
+    flag) to values: ``true`` sets a switch (``false`` leaves it off, or gives the ``--no-`` spelling
+    of a ``--flag / --no-flag`` pair, whose ``no-flag: true`` is the same; another flag gets
+    ``true`` / ``false`` as its text), a list gives a flag its
     values (``cuda-graph-bs: [1, 2, 4]``), a mapping is passed as JSON (``json-model-override-args``),
-    anything else as its text.
+    anything else as its text. A single value is passed as ``--flag=value``, so one starting with
+    ``-`` (an API key, ``-1``) is that flag's value, never read as another flag.
 
     Raises:
         ValueError: naming ``--config``: given twice or without a file, not a ``.yaml`` / ``.yml``
-            file, unreadable, not a mapping, or a switch given something other than true / false.
+            file, unreadable, not a mapping, a switch given something other than true / false, or a
+            list item starting with ``-`` that is no number (argparse would read it as a flag).
     """
     at = [i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")]
     if not at:
@@ -119,30 +123,43 @@ def expand_config_file(argv: list[str], parser: argparse.ArgumentParser) -> list
         data = {}
     if not isinstance(data, dict):
         raise ValueError(f"--config: {path!r} must hold a mapping of flag names to values")
-    switches = {
-        opt
-        for action in parser._actions  # argparse keeps no public list of its actions
-        if isinstance(action, argparse._StoreTrueAction)
-        for opt in action.option_strings
-    }
+    switches: dict[str, tuple[str, str | None]] = {}  # option -> (its true spelling, its false one)
+    for action in parser._actions:  # argparse keeps no public list of its actions
+        if isinstance(action, argparse._StoreTrueAction):
+            switches.update({opt: (opt, None) for opt in action.option_strings})
+        elif isinstance(action, argparse.BooleanOptionalAction):
+            on = [o for o in action.option_strings if not o.startswith("--no-")]
+            off = [o for o in action.option_strings if o.startswith("--no-")]
+            switches.update({opt: (opt, off[0] if off else None) for opt in on})
+            switches.update({opt: (opt, on[0] if on else None) for opt in off})
     out: list[str] = []
     for key, value in data.items():
         flag = "--" + str(key).replace("_", "-")
         if flag in switches:
-            if value is True:
-                out.append(flag)
-            elif value not in (False, None):
+            if value not in (True, False, None):
                 raise ValueError(f"--config: {key}: a switch takes true or false (got {value!r})")
+            spelling = switches[flag][0 if value else 1] if value is not None else None
+            if spelling is not None:
+                out.append(spelling)
         elif isinstance(value, bool):  # a flag that takes a value: its text, as SGLang passes it
-            out += [flag, str(value).lower()]
+            out.append(f"{flag}={str(value).lower()}")
         elif isinstance(value, list):
-            if value:
-                out += [flag, *(str(v) for v in value)]
-        elif isinstance(value, dict):
-            out += [flag, json.dumps(value)]
+            items = [json.dumps(v) if isinstance(v, dict) else str(v) for v in value]
+            for item in items:
+                if item.startswith("-") and not _NEGATIVE_NUMBER.match(item):
+                    raise ValueError(
+                        f"--config: {key}: list item {item!r} starts with '-' and would be read as a flag"
+                    )
+            if items:
+                out += [flag, *items]
         elif value is not None:
-            out += [flag, str(value)]
+            # ``--flag=value``: a value starting with '-' (an API key, ``-1``) stays this flag's value
+            out.append(f"{flag}={json.dumps(value) if isinstance(value, dict) else value}")
     return out + rest
+
+
+#: what argparse reads as a negative number rather than a flag (its own pattern), for list items
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
 def main(argv: list[str] | None = None) -> int:
