@@ -26,6 +26,7 @@
 * ``service_tier`` must be one of ``auto`` / ``standard_only`` (another value is a 400).
 * ``stop_sequences`` are ``stop``, ``metadata.user_id`` is ``user``; ``max_tokens`` is the chat
   route's (``0``, Anthropic's cache pre-warm call, prefills the prompt and generates nothing).
+* ``cache_salt`` / ``extra_key`` are the chat route's: the prefix-cache namespace.
 
 Every error is a :class:`~sglang_v4.entrypoints.openai.request_errors.RequestError` (400) whose
 message starts with the field as the client sent it, dotted as Anthropic's API writes it
@@ -289,6 +290,8 @@ def chat_request_data(req: MessagesRequest | CountTokensRequest) -> dict[str, An
                 "service_tier",
                 f"must be one of {', '.join(MESSAGES_SERVICE_TIERS)}; got {req.service_tier!r}.",
             )
+        if req.cache_salt == "":  # vLLM's rule for the field, as on the chat route
+            raise field_error("cache_salt", "must be a non-empty string if provided.")
         data.update(
             max_tokens=req.max_tokens,
             stop=req.stop_sequences,
@@ -297,6 +300,8 @@ def chat_request_data(req: MessagesRequest | CountTokensRequest) -> dict[str, An
             top_k=req.top_k,
             stream=req.stream,
             user=user,
+            cache_salt=req.cache_salt,  # the chat route checks it and joins the namespace
+            extra_key=req.extra_key,
         )
     body = {k: v for k, v in data.items() if v is not None}
     if isinstance(req, MessagesRequest):  # a sampling field sent as null keeps it (not the preferred value)

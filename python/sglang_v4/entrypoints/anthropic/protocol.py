@@ -149,7 +149,10 @@ class MessagesRequest(_MessagesBody):
     server's chat defaults, as on ``/v1/chat/completions``). ``metadata.user_id``: the chat route's
     ``user``. ``service_tier``: one of :data:`MESSAGES_SERVICE_TIERS` (another value is a 400);
     when set, the message's ``usage.service_tier`` names the tier used,
-    :data:`SERVED_MESSAGES_TIER`.
+    :data:`SERVED_MESSAGES_TIER`. ``cache_salt`` (vLLM's Messages field) and ``extra_key``
+    (SGLang's): the request's prefix-cache namespace, as on ``/v1/chat/completions`` (a request
+    shares cached prompt blocks only with requests of the same namespace; an empty
+    ``cache_salt`` is a 400 naming it).
     """
 
     max_tokens: int
@@ -160,6 +163,8 @@ class MessagesRequest(_MessagesBody):
     stream: bool = False
     metadata: dict[str, Any] | None = None
     service_tier: Any = None
+    cache_salt: str | None = None
+    extra_key: str | None = None
 
 
 class CountTokensRequest(_MessagesBody):
