@@ -105,6 +105,52 @@ def test_empty_host_is_every_address_not_an_unresolvable_name() -> None:
             h.close()
 
 
+def _not_ours(addr: str) -> bool:
+    """True when binding ``addr`` fails with ``EADDRNOTAVAIL`` (no address of this machine)."""
+    with socket.socket() as s:
+        try:
+            s.bind((addr, 0))
+        except OSError as e:
+            return e.errno == errno.EADDRNOTAVAIL
+    return False
+
+
+def test_an_address_of_a_family_not_enabled_is_skipped_as_asyncio_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """python/cpython bpo-30945 (asyncio's ``create_server`` on a host whose name also resolves to
+    an address this machine cannot bind, e.g. ``::1`` with IPv6 off): the server skips an address
+    whose bind gives ``EADDRNOTAVAIL`` and listens on the others, so the start-up check must not
+    refuse the host for it; a host none of whose addresses binds is still refused, naming it.
+    The unbindable addresses are documentation addresses (RFC 5737) this machine does not hold."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    real = socket.getaddrinfo
+    v4 = (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "")
+    foreign = [a for a in ("192.0.2.201", "198.51.100.201", "203.0.113.201") if _not_ours(a)][:2]
+    if len(foreign) < 2:
+        pytest.skip("this machine holds the documentation addresses the test binds")
+
+    def two_addresses(host: Any, port: Any, *args: Any, **kwargs: Any) -> list[Any]:
+        if host == "both.test":
+            return [(*v4, ("127.0.0.1", port)), (*v4, (foreign[0], port))]
+        if host == "none.test":
+            return [(*v4, (a, port)) for a in foreign]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", two_addresses)
+    assert bind_error("both.test", free) is None
+    msg = bind_error("none.test", free)
+    assert msg is not None and msg.startswith(f"host: cannot listen on {foreign[1]}:"), msg
+    with socket.socket() as holder:  # a taken port is still named, whatever else is skipped
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        msg = bind_error("both.test", taken)
+        assert msg is not None and msg.startswith("port: ") and "already in use" in msg, msg
+
+
 @pytest.fixture
 def held() -> Iterator[list[socket.socket]]:
     """Listening sockets the test opens (closed after it)."""
