@@ -229,33 +229,59 @@ def freeze_gc_after_startup() -> None:
 def bind_error(host: str, port: int) -> str | None:
     """Why a TCP server cannot listen on ``host:port`` now; None when it can.
 
-    ``host`` may be a name, an IPv4 or an IPv6 address (the socket family follows it, as
-    uvicorn's does). The message starts with the field at fault: ``port:`` when the address is
-    taken (and says what to do: stop that process or pick another ``--port``), ``host:`` when the
-    host does not resolve or is not an address of this machine. A port outside ``[1, 65535]`` (a
-    TCP port is 16 bits; ``getaddrinfo`` would wrap ``65536`` to ``0``, any free port) is a
-    ``port:`` reason too.
+    The check binds what uvicorn's server binds (``loop.create_server(host=..., port=...)``,
+    asyncio's and uvloop's alike): one socket for each address ``getaddrinfo(host, port,
+    AI_PASSIVE)`` returns (a name such as ``localhost`` may give ``127.0.0.1`` and ``::1``; the
+    empty host ``""`` every wildcard address, ``0.0.0.0`` and ``::``), with ``SO_REUSEADDR``, and an
+    IPv6 socket IPv6-only (``IPV6_V6ONLY``), so ``::`` is free while only an IPv4 server holds the
+    port. As asyncio's server does, an address whose family is not enabled here (the socket cannot
+    be made, or a name's address gives ``EADDRNOTAVAIL``, bpo-30945) is skipped while another one
+    binds. The message starts with the field at fault: ``port:`` when an address is taken (and
+    says what to do: stop that process or pick another ``--port``), ``host:`` when the host does
+    not resolve or is not an address of this machine. A port outside ``[1, 65535]`` (a TCP port is
+    16 bits; ``getaddrinfo`` would wrap ``65536`` to ``0``, any free port) is a ``port:`` reason too.
     """
     if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
         return f"port: {port!r} is not a TCP port (an integer in [1, 65535])"
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as e:
         reason = e.strerror if isinstance(e, socket.gaierror) else str(e)
         return f"host: cannot resolve {host!r} ({reason})"
-    family, _, _, _, addr = infos[0]
-    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 host in brackets
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(addr)
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                return (
-                    f"port: {where} is already in use (another server?); stop the process "
-                    "listening there or pick a free port with --port"
-                )
-            return f"host: cannot listen on {where} ({e.strerror or e})"
+    held: list[socket.socket] = []  # all bound together, as the server's sockets are
+    skipped = f"host: cannot listen on {host!r}"
+    try:
+        for family, kind, proto, _, addr in dict.fromkeys(infos):
+            shown = addr[0] if not host or len(infos) > 1 else host
+            where = f"[{shown}]:{port}" if ":" in shown else f"{shown}:{port}"  # IPv6 in brackets
+            try:
+                s = socket.socket(family, kind, proto)
+            except OSError as e:  # the family is not enabled here: the server skips it too
+                skipped = f"host: cannot listen on {where} ({e.strerror or e})"
+                continue
+            held.append(s)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                s.bind(addr)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    return (
+                        f"port: {where} is already in use (another server?); stop the process "
+                        "listening there or pick a free port with --port"
+                    )
+                if e.errno == errno.EADDRNOTAVAIL and len(infos) > 1:
+                    # asyncio skips an address of a family not enabled here (bpo-30945)
+                    held.pop().close()
+                    skipped = f"host: cannot listen on {where} ({e.strerror or e})"
+                    continue
+                return f"host: cannot listen on {where} ({e.strerror or e})"
+        if not held:  # no address of the host could be bound: the server could not start
+            return skipped
+    finally:
+        for s in held:
+            s.close()
     return None
 
 
