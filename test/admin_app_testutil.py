@@ -19,12 +19,15 @@ ADMIN_CONTEXT = 4096
 
 
 @contextmanager
-def admin_app_client(model_root: Path, openai_routes: bool = True) -> Iterator[tuple[Any, Any]]:
+def admin_app_client(
+    model_root: Path, openai_routes: bool = True, root_path: str = ""
+) -> Iterator[tuple[Any, Any]]:
     """A ``TestClient`` over ``create_app`` with ``--api-key ADMIN_KEY``, ``--enable-metrics`` and
     the served names ``ADMIN_NAMES`` (context ``ADMIN_CONTEXT`` tokens), the fake model written
     under ``model_root``; its tokenizer manager stands for the started one (status ``Up``) and its
     scheduler never answers. ``openai_routes=False`` leaves the OpenAI routes unmounted (the
-    native routes only; building the OpenAI router takes seconds). Yields
+    native routes only; building the OpenAI router takes seconds). ``root_path``: the server's
+    ``--root-path`` (none by default). Yields
     ``(client, tokenizer_manager)``; closes both on exit."""
     from fastapi.testclient import TestClient
     from server_fixture import make_fake_model_dir
@@ -41,6 +44,7 @@ def admin_app_client(model_root: Path, openai_routes: bool = True) -> Iterator[t
         enable_metrics=True,
         served_model_name=ADMIN_NAMES,
         api_key=ADMIN_KEY,
+        root_path=root_path,
     )
     info = SchedulerReadyInfo(
         status="ready",

@@ -21,7 +21,9 @@ open, admin and per-family rules unchanged (:mod:`sglang_v4.entrypoints.root_pat
 Any origin may call the API from a browser (CORS, as SGLang: preflights answered, the headers on
 every response). Every answer carries the request id as ``x-request-id`` and ``request-id`` (the
 client's ``X-Request-Id`` echoed, else a fresh one: :mod:`sglang_v4.entrypoints.request_id`). Errors use SGLang's shape ``{"error": {"message": ...}}`` (plus the status's ``type`` and
-``code``) with HTTP 400 for bad input. Every
+``code``) with HTTP 400 for bad input. Request bodies sent with ``Content-Encoding: gzip`` or
+``deflate`` are decoded for every route, other codings refused with 415
+(:mod:`sglang_v4.entrypoints.request_encoding`). Every
 request first passes :mod:`sglang_v4.entrypoints.admission`: with ``--api-key`` every route except
 ``/health``, ``/health_generate``, ``/ready`` and ``/metrics`` needs ``Authorization: Bearer KEY`` or ``x-api-key: KEY`` (401
 ``{"error": "Unauthorized"}`` otherwise, constant-time comparison); bodies are size-limited (413)
@@ -107,6 +109,7 @@ from sglang_v4.entrypoints.native_api import error_body as native_error_body
 from sglang_v4.entrypoints.openai.request_errors import loads_json_body
 from sglang_v4.entrypoints.openai.serving_outputs import internal_stream_error
 from sglang_v4.entrypoints.openapi_docs import install_openapi
+from sglang_v4.entrypoints.request_encoding import RequestDecodingMiddleware
 from sglang_v4.entrypoints.request_id import RequestIdMiddleware
 from sglang_v4.entrypoints.route_errors import install_route_error_handler
 from sglang_v4.entrypoints.route_families import import_route_modules
@@ -268,10 +271,13 @@ def create_app(
     app.state.sse_keep_alive_interval = server_args.sse_keep_alive_interval  # sse_response.py
     # Innermost: HEAD is answered as GET without the body on every GET route (head_requests.py).
     app.add_middleware(HeadAsGetMiddleware)
+    limits = AdmissionLimits.from_env()
+    # gzip / deflate bodies decoded for every route, inside the admission's limits (request_encoding.py)
+    app.add_middleware(RequestDecodingMiddleware, max_body_bytes=limits.max_body_bytes)
     app.add_middleware(
         AdmissionMiddleware,
         api_key=server_args.api_key,
-        limits=AdmissionLimits.from_env(),
+        limits=limits,
         is_draining=lambda: state.draining,
         admin_api_key=server_args.admin_api_key,
     )

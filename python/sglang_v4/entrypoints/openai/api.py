@@ -39,6 +39,8 @@ def create_openai_router(tokenizer_manager: Any, server_args: Any) -> APIRouter:
     serving = OpenAIServing(tokenizer_manager, server_args)
     router = APIRouter()
 
+    # "/v1/models/" lists too: the catch-all below would read it as the model "" (a 404)
+    @router.get("/v1/models/", include_in_schema=False)
     @router.get("/v1/models")
     async def v1_models(request: Request) -> Response:
         return await serving.models(request)
