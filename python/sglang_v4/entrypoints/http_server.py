@@ -20,11 +20,11 @@ open, admin and per-family rules unchanged (:mod:`sglang_v4.entrypoints.root_pat
 
 Any origin may call the API from a browser (CORS, as SGLang: preflights answered, the headers on
 every response). Every answer carries the request id as ``x-request-id`` and ``request-id`` (the
-client's ``X-Request-Id`` echoed, else a fresh one: :mod:`sglang_v4.entrypoints.request_id`). Errors use SGLang's shape ``{"error": {"message": ...}}`` (plus the status's ``type`` and
-``code``) with HTTP 400 for bad input. Request bodies sent with ``Content-Encoding: gzip`` or
-``deflate`` are decoded for every route, other codings refused with 415
-(:mod:`sglang_v4.entrypoints.request_encoding`). Every
-request first passes :mod:`sglang_v4.entrypoints.admission`: with ``--api-key`` every route except
+client's ``X-Request-Id`` echoed, else a fresh one: :mod:`sglang_v4.entrypoints.request_id`).
+Errors use SGLang's shape ``{"error": {"message": ...}}`` (plus the status's ``type`` and ``code``)
+with HTTP 400 for bad input. Bodies sent with ``Content-Encoding: gzip`` or ``deflate`` are
+decoded for every route, other codings refused with 415 (:mod:`.request_encoding`). Every request
+first passes :mod:`sglang_v4.entrypoints.admission`: with ``--api-key`` every route except
 ``/health``, ``/health_generate``, ``/ready`` and ``/metrics`` needs ``Authorization: Bearer KEY`` or ``x-api-key: KEY`` (401
 ``{"error": "Unauthorized"}`` otherwise, constant-time comparison); bodies are size-limited (413)
 and must arrive in time (408); request heads too (the connection is closed).
@@ -36,7 +36,7 @@ warm-up generation has finished, then 200 (the probes ``/health``, ``/health_gen
 
 Graceful drain: on SIGTERM or SIGINT the server stops admitting requests (503, ``/health`` 503),
 cancels the running ``/v1/batches`` and stops a profile left open (its trace is written: see
-:func:`stop_own_work`), lets the in-flight requests finish, all this within
+:func:`~sglang_v4.entrypoints.lifecycle.stop_own_work`), lets the in-flight requests finish, all this within
 ``--graceful-shutdown-timeout`` seconds of the signal (at once while generation is paused: none
 could), fails what is left with a 503 (an error event on a stream), then exits with code 0. A
 second signal stops at once. The stop after the drain is bounded too: the failed requests' handlers
@@ -44,8 +44,7 @@ get up to ``admission.FAIL_GRACE_S`` to answer, open connections :data:`STOP_GRA
 children ``launcher.CHILD_STOP_TIMEOUT_S`` to exit after SIGTERM (then SIGKILL); a request that never
 finishes (however large its ``max_tokens``, held at the pause gate, a prompt still being tokenized)
 cannot hold the exit. An idle server is gone a few tenths of a second after the signal.
-SGLang drains the same way (its tokenizer manager's ``sigterm_watchdog``) but without a time limit
-(``SGL_FORCE_SHUTDOWN`` skips the drain); it has no ``--graceful-shutdown-timeout``.
+SGLang drains the same way (``sigterm_watchdog``) but without a time limit.
 A signal during start-up (:mod:`sglang_v4.entrypoints.lifecycle`) stops the same way with code 0
 (the warm-up request is drained like any other); a child process stopped by a signal (one sent
 to the whole process group) is a stop too, not a crash: the in-flight requests get the 503
@@ -89,7 +88,7 @@ from sglang_v4.entrypoints.head_requests import HeadAsGetMiddleware
 from sglang_v4.entrypoints.http_request_metrics import HttpRequestMetricsMiddleware, http_metrics_of
 from sglang_v4.entrypoints.incremental_stream import IncrementalStreamSlicer
 from sglang_v4.entrypoints.launcher import CHILD_CHECK_INTERVAL_S, Subprocesses
-from sglang_v4.entrypoints.lifecycle import StopSignal
+from sglang_v4.entrypoints.lifecycle import StopSignal, stop_own_work
 from sglang_v4.entrypoints.loads_api import create_loads_router
 from sglang_v4.entrypoints.metrics import SCRAPE_TIMEOUT_HEADER, TokenizerMetrics, gauge_refresh_timeout
 from sglang_v4.entrypoints.metrics import scrape as scrape_metrics
@@ -504,18 +503,6 @@ def create_app(
     return app, state
 
 
-async def stop_own_work(state: _State) -> None:
-    """What the server runs of its own and a drain does not end, stopped at the start of the
-    drain: running batches are cancelled (``OpenAIServing.cancel_all_batches``: their requests
-    aborted, their files written) and a profile left open is stopped, its trace written
-    (``TokenizerManager.stop_open_profile``)."""
-    if state.openai_serving is not None:
-        await state.openai_serving.cancel_all_batches()
-    tm = state.tokenizer_manager
-    if tm is not None:
-        await tm.stop_open_profile()
-
-
 def launch_server(
     server_args: ServerArgs, stop: StopSignal | None = None, checked: bool = False, tokenizer: Any = None
 ) -> int:
@@ -588,7 +575,7 @@ def launch_server(
                 sig,
                 timeout_s,
                 hurry,
-                stop_work=lambda: stop_own_work(state),
+                stop_work=lambda: stop_own_work(state.openai_serving, state.tokenizer_manager),
             ),
         )
         state.server = server

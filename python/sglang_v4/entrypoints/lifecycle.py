@@ -17,6 +17,7 @@ terminal's Ctrl+C) and SIGTERM too (``kill -TERM -- -PGID``, a supervisor stoppi
 
 Children are spawned with SIGINT ignored (:func:`start_ignoring_sigint`), so a Ctrl+C during their
 interpreter start-up cannot print a ``KeyboardInterrupt`` traceback; the launcher decides.
+:func:`stop_own_work` is what the drain stops first: the server's own batches and profile.
 """
 
 from __future__ import annotations
@@ -141,3 +142,15 @@ def start_ignoring_sigint(process: Any) -> None:
         process.start()
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+async def stop_own_work(openai_serving: Any, tokenizer_manager: Any) -> None:
+    """What the server runs of its own and a drain does not end, stopped at the start of the
+    drain: running batches are cancelled (``OpenAIServing.cancel_all_batches`` of
+    ``openai_serving``: their requests aborted, their files written) and a profile left open is
+    stopped, its trace written (``TokenizerManager.stop_open_profile``). Either may be None (that
+    part of the server is not up)."""
+    if openai_serving is not None:
+        await openai_serving.cancel_all_batches()
+    if tokenizer_manager is not None:
+        await tokenizer_manager.stop_open_profile()
