@@ -14,7 +14,10 @@ users write (Python's ``re`` / the ``regex`` package, PCRE) and that xgrammar re
   refused;
 * ``\\d \\w \\s`` (and ``\\D \\W \\S``) were read as ECMA-262 does (ASCII digits and word
   characters, ECMA-262 white space, whatever flag was set): for the ``regex`` parameter they are
-  Python's reading, Unicode by default and ASCII under ``(?a)``, written as explicit ranges
+  Python's reading under ``re.ASCII`` by default (``\\d`` is ``[0-9]``, ``\\s`` is
+  ``[ \\t\\n\\r\\f\\v]``: what SGLang's and vLLM's grammar backends give, so a ``\\d{4}`` never
+  lets the model write other scripts' digits), and Python's Unicode reading under ``(?u)``
+  (``(?a)`` / ``(?a:...)`` as Python), written as explicit ranges
   (:mod:`sglang_v4.sampling.regex_class_escapes`); a JSON-schema pattern keeps ECMA-262's;
 * ``.`` matched a newline (in Python's ``re`` and ECMA-262 it does not): for the ``regex``
   parameter it is ``[^\\n]`` (Python's reading) unless ``(?s)`` is set;
@@ -333,7 +336,8 @@ def _strip_edge_anchors(out: list[str]) -> list[str]:
 
 def _translate(p: str, schema: bool) -> str:
     out: list[str] = []
-    ci = dotall = ascii_only = False
+    ci = dotall = False
+    ascii_only = True  # re.ASCII by default; "(?u)" for Unicode (module docstring)
     # per open group: [case flag, dot-all flag, ASCII flag, at-start on entry]
     stack: list[list[bool]] = []
     at_start = True  # nothing that consumes text yet on this path
