@@ -10,9 +10,15 @@ users write (Python's ``re`` / the ``regex`` package, PCRE) and that xgrammar re
 * inline flags ``(?i)`` (the whole regex, at its start) and ``(?i:...)`` (a group) were refused:
   case-insensitivity is written out, each letter and class taking its case variants (Python's
   Unicode simple case folding, read from the ``regex`` package: ``(?i)k`` takes ``k``, ``K`` and
-  the Kelvin sign); ``(?s)`` lets ``.`` match a newline; ``(?a)`` / ``(?u)`` change nothing
-  here (``\\d \\w \\s`` are ASCII digits, ASCII word characters and ECMA-262 white space);
-  ``(?m)`` / ``(?x)`` / ``(?L)`` are refused;
+  the Kelvin sign); ``(?s)`` lets ``.`` match a newline; ``(?m)`` / ``(?x)`` / ``(?L)`` are
+  refused;
+* ``\\d \\w \\s`` (and ``\\D \\W \\S``) were read as ECMA-262 does (ASCII digits and word
+  characters, ECMA-262 white space, whatever flag was set): for the ``regex`` parameter they are
+  Python's reading under ``re.ASCII`` by default (``\\d`` is ``[0-9]``, ``\\s`` is
+  ``[ \\t\\n\\r\\f\\v]``: what SGLang's and vLLM's grammar backends give, so a ``\\d{4}`` never
+  lets the model write other scripts' digits), and Python's Unicode reading under ``(?u)``
+  (``(?a)`` / ``(?a:...)`` as Python), written as explicit ranges
+  (:mod:`sglang_v4.sampling.regex_class_escapes`); a JSON-schema pattern keeps ECMA-262's;
 * ``.`` matched a newline (in Python's ``re`` and ECMA-262 it does not): for the ``regex``
   parameter it is ``[^\\n]`` (Python's reading) unless ``(?s)`` is set;
 * anchors: ``^`` / ``\\A`` at the start and ``$`` / ``\\Z`` / ``\\z`` at the end are dropped (a
@@ -23,8 +29,9 @@ users write (Python's ``re`` / the ``regex`` package, PCRE) and that xgrammar re
   ``a(^b|c)`` is ``ac``, ``x?(^a|b)(c$|d)e?`` is ``(xb|a|b)(c|de?)``: end anchors first, then start
   anchors), refused where no text can match;
 * an unknown letter escape (``\\Q``, ``\\G``, ``\\h``...) was read as the letter; back-references
-  (``\\1``, ``\\k<n>``, ``(?P=n)``), look-arounds, atomic groups, conditionals and ``\\b`` /
-  ``\\B`` are refused by name; ``(?P<n>...)`` is a group, ``(?#...)`` a comment;
+  (``\\1``, ``\\k<n>``, ``(?P=n)``), look-arounds, atomic groups, possessive quantifiers
+  (``a*+``), conditionals and ``\\b`` / ``\\B`` are refused by name; ``(?P<n>...)`` is a
+  group, ``(?#...)`` a comment;
 * a NUL character (literal or escaped with ``\\``) was refused by xgrammar ("must not contain
   null characters"): it is written ``\\u0000``;
 * ``\\xHH`` was read with every hex digit that follows (``\\x41b`` as U+041B, not ``Ab``): it is
@@ -49,6 +56,12 @@ import functools
 import re
 from typing import Any
 
+from sglang_v4.sampling.regex_class_escapes import char_set as _char_set
+from sglang_v4.sampling.regex_class_escapes import (
+    class_escape_intervals,
+    complement_intervals,
+    union_intervals,
+)
 from sglang_v4.sampling.regex_end_anchor import eliminate_end_anchors, reverse_regex
 
 __all__ = ["MAX_REGEX_REPEAT", "regex_format_checker", "translate_regex"]
@@ -74,32 +87,6 @@ class _Refused(Exception):
 
 
 @functools.lru_cache(maxsize=1)
-def _all_chars() -> str:
-    """Every code point but the surrogates, in order (the text the ``regex`` package scans)."""
-    return "".join(map(chr, range(0xD800))) + "".join(map(chr, range(0xE000, 0x110000)))
-
-
-@functools.lru_cache(maxsize=256)
-def _char_set(regex_class: str, ignore_case: bool) -> tuple[tuple[int, int], ...]:
-    """The code point intervals that the one-character regex ``regex_class`` (``regex`` package
-    syntax) matches, case-insensitively when ``ignore_case``."""
-    import regex
-
-    flags = regex.V0 | (regex.IGNORECASE if ignore_case else 0)
-    try:
-        compiled = regex.compile(f"(?:{regex_class})+", flags)
-    except regex.error as e:
-        raise ValueError(str(e)) from None
-    text, out = _all_chars(), []
-    for m in compiled.finditer(text):
-        lo, hi = ord(text[m.start()]), ord(text[m.end() - 1])
-        if lo < 0xD800 < hi:  # the run crosses the removed surrogates
-            out += [(lo, 0xD7FF), (0xE000, hi)]
-        else:
-            out.append((lo, hi))
-    return tuple(out)
-
-
 def _char_text(c: int) -> str:
     """``c`` written inside a class: a control character as ``\\u`` and four hex digits (see
     :func:`_class_body` for where it may stand)."""
@@ -218,14 +205,16 @@ def _read_escape(p: str, i: int, in_class: bool, schema: bool) -> tuple[str, str
     return "char", p[i : i + 2], i + 2
 
 
-def _class(p: str, i: int, ignore_case: bool, schema: bool) -> tuple[str, int]:
-    """The class at ``p[i] == "["`` in xgrammar's dialect: ``(text, end)``."""
+def _class(p: str, i: int, ignore_case: bool, schema: bool, ascii_only: bool = False) -> tuple[str, int]:
+    """The class at ``p[i] == "["`` in xgrammar's dialect: ``(text, end)``; outside the schema
+    mode a ``\\d``-like member takes Python's set (ASCII when ``ascii_only``)."""
     j = i + 1
     negated = p[j : j + 1] == "^"
     j += negated
     sets: list[str] = []
     rest: list[str] = []  # chars, ranges and properties, as regex-package text
     translate = ignore_case
+    python_sets: list[tuple[tuple[int, int], ...]] = []  # "\\d"-like members: Python's sets
     if p[j : j + 1] == "]":  # "[]...]": the first "]" is a literal (xgrammar reads "[]" as empty)
         rest.append("\\]")
         translate = True
@@ -235,8 +224,16 @@ def _class(p: str, i: int, ignore_case: bool, schema: bool) -> tuple[str, int]:
     while j < len(p) and p[j] != "]":
         if p[j] == "\\":
             kind, text, j = _read_escape(p, j, True, schema)
-            if kind == "set":
+            if kind == "set" and schema:
                 sets.append(text)
+                continue
+            if kind == "set":  # Python's set, as explicit ranges
+                if len(rest) + len(python_sets) >= 2 and rest[-1:] == [
+                    "-"
+                ]:  # "[a-\\d]": Python's "bad character range"
+                    raise _Refused(f"a range ending in a class escape '{text}'", j - 2)
+                python_sets.append(class_escape_intervals(text[1], ascii_only))
+                translate = True
                 continue
             translate |= kind == "prop" or text == "\\u0000"  # a NUL is written \u0000
             translate |= caret_first and not rest and not sets and text in _CARET_ESCAPES
@@ -261,7 +258,13 @@ def _class(p: str, i: int, ignore_case: bool, schema: bool) -> tuple[str, int]:
     if not translate:
         return p[i:end], end
     body = "".join(rest)
-    ivs = _char_set(f"[{body}]", ignore_case) if body else ()
+    if python_sets:  # the sets joined here, and the negation taken (xgrammar's "[^...]" of
+        # every character takes something)
+        ivs = union_intervals(_char_set(f"[{body}]", ignore_case) if body else (), *python_sets)
+        ivs = complement_intervals(ivs) if negated else ivs
+        negated = False
+    else:
+        ivs = _char_set(f"[{body}]", ignore_case) if body else ()
     inner = _class_body(ivs, sets)
     if not inner:
         # [] matches nothing and [^] everything; neither has an xgrammar spelling but these
@@ -283,7 +286,8 @@ def _atom_set(text: str, ignore_case: bool) -> str:
 _FLAGS_GROUP = re.compile(r"\(\?([a-zA-Z]*)(?:-([a-zA-Z]*))?(:|\))")
 
 
-def _flags(on: str, off: str, pos: int, ci: bool, dotall: bool) -> tuple[bool, bool]:
+def _flags(on: str, off: str, pos: int, ci: bool, dotall: bool, ascii_only: bool) -> tuple[bool, bool, bool]:
+    """The case, dot-all and ASCII flags after the flag group ``(?on-off...)`` at ``pos``."""
     for f in on + off:
         if f not in "isau":
             name = {"m": "multi-line", "x": "verbose", "L": "locale"}.get(f, "unknown")
@@ -296,7 +300,15 @@ def _flags(on: str, off: str, pos: int, ci: bool, dotall: bool) -> tuple[bool, b
         dotall = True
     if "s" in off:
         dotall = False
-    return ci, dotall
+    if "a" in off or "u" in off:  # Python: "cannot turn off flags 'a', 'u' and 'L'"
+        raise _Refused("turning off the flag '(?-a)' / '(?-u)'", pos)
+    if "a" in on and "u" in on:  # Python: "bad inline flags: flags 'a', 'u' and 'L' are incompatible"
+        raise _Refused("the flags '(?a)' and '(?u)' together", pos)
+    if "a" in on:
+        ascii_only = True
+    if "u" in on:
+        ascii_only = False
+    return ci, dotall, ascii_only
 
 
 def _strip_edge_anchors(out: list[str]) -> list[str]:
@@ -325,7 +337,8 @@ def _strip_edge_anchors(out: list[str]) -> list[str]:
 def _translate(p: str, schema: bool) -> str:
     out: list[str] = []
     ci = dotall = False
-    # per open group: [case flag, dot-all flag, at-start on entry]
+    ascii_only = True  # re.ASCII by default; "(?u)" for Unicode (module docstring)
+    # per open group: [case flag, dot-all flag, ASCII flag, at-start on entry]
     stack: list[list[bool]] = []
     at_start = True  # nothing that consumes text yet on this path
     first_end = -1  # the position of the first end anchor ("$", "\\Z")
@@ -343,14 +356,14 @@ def _translate(p: str, schema: bool) -> str:
                 continue
             m = _FLAGS_GROUP.match(p, i)
             if m and (m.group(1) or m.group(2) is not None):
-                new_ci, new_dot = _flags(m.group(1), m.group(2) or "", i, ci, dotall)
+                new_ci, new_dot, new_ascii = _flags(m.group(1), m.group(2) or "", i, ci, dotall, ascii_only)
                 if m.group(3) == ")":  # global flags: only at the start, as Python requires
                     if any(t not in ("^", "") for t in out) or stack:
                         raise _Refused("global flags not at the start of the regex", i)
-                    ci, dotall = new_ci, new_dot
+                    ci, dotall, ascii_only = new_ci, new_dot, new_ascii
                 else:
-                    stack.append([ci, dotall, at_start])
-                    ci, dotall = new_ci, new_dot
+                    stack.append([ci, dotall, ascii_only, at_start])
+                    ci, dotall, ascii_only = new_ci, new_dot, new_ascii
                     out.append("(?:")
                 i = m.end()
                 continue
@@ -365,7 +378,7 @@ def _translate(p: str, schema: bool) -> str:
             ):
                 if p.startswith(prefix, i):
                     raise _Refused(f"{what} '{prefix}...)'", i)
-            stack.append([ci, dotall, at_start])
+            stack.append([ci, dotall, ascii_only, at_start])
             if p.startswith("(?:", i):
                 out.append("(?:")
                 i += 3
@@ -386,12 +399,12 @@ def _translate(p: str, schema: bool) -> str:
                 out.append(")")
                 i += 1
                 continue
-            ci, dotall, _ = stack.pop()
+            ci, dotall, ascii_only, _ = stack.pop()
             out.append(")")
             i += 1
             continue
         if c == "|":
-            at_start = stack[-1][2] if stack else True
+            at_start = stack[-1][3] if stack else True
             out.append("|")
             i += 1
             continue
@@ -407,6 +420,9 @@ def _translate(p: str, schema: bool) -> str:
             i += 1
             continue
         if c in "*+?":
+            if c == "+" and out and (out[-1] in ("*", "+", "?") or out[-1][:1] == "{"):
+                # Python 3.11's possessive "a*+": it gives nothing back, "a*+a" matches nothing
+                raise _Refused(f"a possessive quantifier '{out[-1]}+'", i - len(out[-1]))
             out.append(c)
             i += 1
             continue
@@ -441,12 +457,17 @@ def _translate(p: str, schema: bool) -> str:
                 first_end = i if first_end < 0 else first_end
             else:
                 at_start = False
-            out.append(_atom_set(text, ci) if kind == "prop" or (kind == "char" and ci) else text)
+            if kind == "set" and not schema:  # Python's set, as explicit ranges
+                out.append("[" + _class_body(class_escape_intervals(text[1], ascii_only), []) + "]")
+            elif kind == "prop" or (kind == "char" and ci):
+                out.append(_atom_set(text, ci))
+            else:
+                out.append(text)
             i = j
             continue
         at_start = False
         if c == "[":
-            text, i = _class(p, i, ci, schema)
+            text, i = _class(p, i, ci, schema, ascii_only)
             out.append(text)
             continue
         if c == ".":
