@@ -60,6 +60,14 @@ def _codings(headers: list[tuple[bytes, bytes]]) -> list[str]:
 
 
 def _inflate(data: bytes, wbits: int, limit: int) -> bytes:
+    """``data`` inflated (``wbits`` as :func:`zlib.decompressobj`; 31: gzip, whose members may
+    follow one another, RFC 1952 2.2), in steps of :data:`_STEP` bytes.
+
+    Raises:
+        BodyDecodeError: 413 when more than ``limit`` bytes come out.
+        ValueError: a truncated stream, or data after its end.
+        zlib.error: data that is not of the coding.
+    """
     d = zlib.decompressobj(wbits)
     out = bytearray()
     buf = data
@@ -69,8 +77,9 @@ def _inflate(data: bytes, wbits: int, limit: int) -> bytes:
             raise BodyDecodeError(f"the decoded request body is larger than the limit of {limit} bytes", 413)
         buf = d.unconsumed_tail
         if d.eof:
-            if d.unused_data and wbits == 31:  # gzip members one after another (RFC 1952 2.2)
-                return bytes(out) + _inflate(d.unused_data, wbits, limit - len(out))
+            if d.unused_data and wbits == 31:  # the next gzip member, in a loop (no recursion)
+                d, buf = zlib.decompressobj(wbits), d.unused_data
+                continue
             if d.unused_data:
                 raise ValueError("data after the end of the compressed stream")
             return bytes(out)

@@ -243,7 +243,7 @@ def encode_entries(x: torch.Tensor, fmt: EntryFormat) -> torch.Tensor:
         out = kv_quant.quantize_indexer_fp8(x2)
     elif fmt.codec is EntryCodec.FP4_INDEXER:
         out = kv_quant.quantize_indexer_fp4(x2)
-    elif fmt.storage_dtype == torch.bfloat16:  # float64 rounded once, not via a float32 rounding
+    elif fmt.storage_dtype == torch.bfloat16 and x2.dtype == torch.float64:  # rounded once, not twice
         out = kv_quant.to_float32_round_odd(x2).to(torch.bfloat16)
     else:
         out = x2.to(fmt.storage_dtype)

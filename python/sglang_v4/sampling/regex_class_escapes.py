@@ -1,11 +1,12 @@
 """Python's reading of the class escapes ``\\d \\D \\w \\W \\s \\S`` for the ``regex`` parameter.
 
 xgrammar reads these escapes as ECMA-262 does: ``\\d`` / ``\\w`` ASCII only, ``\\s`` ECMA-262 white
-space (which takes U+FEFF and not U+001C..U+001F or U+0085). The ``regex`` parameter is read as
-Python's ``re`` reads a ``str`` pattern (Python 3 ``re`` documentation, "Regular Expression
-Syntax"): Unicode by default (``\\d`` any decimal digit, ``\\w`` any character of ``str.isalnum``
-and ``_``, ``\\s`` the characters of ``str.isspace``), ASCII under the ``(?a)`` flag (``[0-9]``,
-``[a-zA-Z0-9_]``, ``[ \\t\\n\\r\\f\\v]``), and ``(?u)`` is the default made explicit. Each escape is
+space (which takes U+FEFF and not U+001C..U+001F or U+0085). The ``regex`` parameter reads them
+as Python's ``re`` does (Python 3 ``re`` documentation, "Regular Expression Syntax"), with
+``re.ASCII`` by default (:mod:`sglang_v4.sampling.regex_dialect`; ``(?a)`` states it: ``[0-9]``,
+``[a-zA-Z0-9_]``, ``[ \\t\\n\\r\\f\\v]``) and Python's Unicode reading under ``(?u)``
+(``\\d`` any decimal digit, ``\\w`` any character of ``str.isalnum`` and ``_``, ``\\s`` the
+characters of ``str.isspace``). Each escape is
 written as the explicit code point intervals Python's ``re`` matches, read from ``re`` itself;
 :func:`char_set` reads the intervals of any one-character regex from the ``regex`` package.
 """
