@@ -303,3 +303,32 @@ def test_http_families_have_sglang_names_types_and_route_templates(secured_fake_
     templ = [e for e in endpoints if e and e.startswith("/v1/models/")]
     assert len(templ) == 1 and "{" in templ[0], endpoints
     assert _get(values, "sglang:routing_keys_active") == 0
+
+
+def test_unknown_paths_share_one_series(secured_fake_server: Any) -> None:
+    """prometheus/docs "use labels with care" (an unbounded label value set grows the registry
+    with every new value): requests to paths no route serves must not add a series per path, or a
+    client probing random URLs grows ``/metrics`` without bound. Every unknown path is counted
+    under the one ``endpoint="unmatched"`` series with its 404. Oracle: prometheus_client's
+    parser and hand counts."""
+    server = secured_fake_server
+    before, _ = _scrape(server)
+    paths = [f"/no-such-route-{i}" for i in range(5)]
+    for p in paths:
+        r = requests.get(server.url + p, headers=server.headers(), timeout=30)
+        assert r.status_code == 404
+    after, _ = _scrape(server)
+    endpoints = {dict(lab).get("endpoint") for (n, lab) in after if n == "sglang:http_requests_total"}
+    assert not any(e and e.startswith("/no-such-route-") for e in endpoints), endpoints
+    assert _delta(after, before, "sglang:http_requests_total", endpoint="unmatched", method="GET") == 5
+    assert (
+        _delta(
+            after,
+            before,
+            "sglang:http_responses_total",
+            endpoint="unmatched",
+            method="GET",
+            status_code="404",
+        )
+        == 5
+    )

@@ -14,7 +14,8 @@ scheduler (a 400 for a bad field, a 401 without the key, a 404 for an unknown pa
   among the requests being served.
 
 ``endpoint`` is the path template of the route that matches (``/v1/models/{model_id}``, not the
-model asked for), else the request's path as sent. Each series also carries ``model_name``, as
+model asked for), else ``"unmatched"`` (one series for every unknown path; SGLang uses the path as
+sent, a series per path). Each series also carries ``model_name``, as
 every other ``sglang:`` series here does (a label SGLang's HTTP families lack; a query written for
 SGLang's, which names a subset of the labels, selects the same series).
 """
@@ -99,10 +100,16 @@ def _leaf_routes(routes: Any) -> Any:
             yield getattr(ctx, "starlette_route", None) or ctx.original_route
 
 
+#: The ``endpoint`` label of a request no route matches (a 404 for an unknown path).
+UNMATCHED_ENDPOINT = "unmatched"
+
+
 def endpoint_of(scope: dict[str, Any]) -> str:
     """The ``endpoint`` label of an HTTP ``scope``: the path template of the first route of
     ``scope["app"]`` that fully matches it (routers included with ``include_router`` too), else
-    the request's path."""
+    :data:`UNMATCHED_ENDPOINT`. SGLang labels an unmatched request with its path as sent, so a
+    client probing random paths adds a series per path without bound (its code notes the risk);
+    here every unmatched path shares one series."""
     from starlette.routing import Match
 
     app = scope.get("app")
@@ -110,7 +117,7 @@ def endpoint_of(scope: dict[str, Any]) -> str:
         path = getattr(route, "path", None)
         if path is not None and route.matches(scope)[0] == Match.FULL:
             return str(path)
-    return str(scope.get("path", ""))
+    return UNMATCHED_ENDPOINT
 
 
 class HttpRequestMetricsMiddleware:
