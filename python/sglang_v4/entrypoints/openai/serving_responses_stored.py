@@ -3,19 +3,21 @@
 in-memory store of responses (:mod:`.responses_store`, filled by ``POST /v1/responses``:
 :mod:`.serving_responses`). The conversation a request continues (``previous_response_id``) and the
 input items stored with its response are read here too. An unknown id is a 404 in OpenAI's error
-shape (``param: "response_id"``); cancelling a stored response, or streaming it (``GET ...?stream=true``, OpenAI's
+shape (``param: "response_id"``); an ``include`` query value (``include`` / ``include[]``, the
+openai client's spelling) that is not one of OpenAI's ``ResponseIncludable`` is a 400 naming
+``include``, as ``POST /v1/responses`` answers it; cancelling a stored response, or streaming it (``GET ...?stream=true``, OpenAI's
 resumable stream of a background response), is a 400, since no response runs in the background.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from sglang_v4.entrypoints.openai.protocol_responses import ResponsesRequest
+from sglang_v4.entrypoints.openai.protocol_responses import ResponseIncludable, ResponsesRequest
 from sglang_v4.entrypoints.openai.responses_input_items import (
     check_duplicate_items,
     input_items_of,
@@ -24,7 +26,25 @@ from sglang_v4.entrypoints.openai.responses_input_items import (
 from sglang_v4.entrypoints.openai.responses_store import ResponseStore
 from sglang_v4.entrypoints.openai.serving_base import RequestError, error_response
 
-__all__ = ["StoredResponsesMixin"]
+__all__ = ["StoredResponsesMixin", "bad_include_query"]
+
+_INCLUDABLE = frozenset(get_args(ResponseIncludable))
+
+
+def bad_include_query(request: Request) -> Response | None:
+    """The 400 (``param="include"``) for an ``include`` query value of a stored-response ``GET``
+    that is not one of OpenAI's ``ResponseIncludable`` values (read under ``include`` and
+    ``include[]``, the openai client's bracket spelling), else ``None``."""
+    q = request.query_params
+    for value in (*q.getlist("include"), *q.getlist("include[]")):
+        if value not in _INCLUDABLE:
+            allowed = ", ".join(sorted(_INCLUDABLE))
+            return error_response(
+                f"Invalid value for 'include': '{value}'. Supported values are: {allowed}.",
+                400,
+                param="include",
+            )
+    return None
 
 
 class StoredResponsesMixin:
@@ -103,10 +123,14 @@ class StoredResponsesMixin:
         """``GET /v1/responses/{response_id}``: a stored response, else 404. ``stream=true`` (with
         ``starting_after``: OpenAI's resumption of a ``background`` response's event stream) is a
         400 naming ``stream``: this server runs no background response, so there is no stream
-        to rejoin, and a JSON body would leave a client that reads events with none."""
+        to rejoin, and a JSON body would leave a client that reads events with none. An unknown
+        ``include`` value is a 400 naming ``include`` (:func:`bad_include_query`)."""
         entry = self._stored(request, response_id)
         if isinstance(entry, Response):
             return entry
+        bad = bad_include_query(request)
+        if bad is not None:
+            return bad
         if request.query_params.get("stream", "").lower() in ("true", "1"):
             return error_response(
                 "Cannot stream a synchronous response: only responses created with background=true "
@@ -120,10 +144,13 @@ class StoredResponsesMixin:
     async def list_input_items(self, request: Request, response_id: str) -> Response:
         """``GET /v1/responses/{response_id}/input_items``: a page of the stored response's input
         items (:func:`~.responses_input_items.input_items_page`), else 404; a bad ``order`` /
-        ``limit`` / ``after`` is a 400 naming it."""
+        ``limit`` / ``after`` / ``include`` (:func:`bad_include_query`) is a 400 naming it."""
         entry = self._stored(request, response_id)
         if isinstance(entry, Response):
             return entry
+        bad = bad_include_query(request)
+        if bad is not None:
+            return bad
         q = request.query_params
         try:
             page = input_items_page(entry.input_items, q.get("order"), q.get("limit"), q.get("after"))
