@@ -129,7 +129,8 @@ def test_fp8_kv_pool_raises_the_longest_request_the_same_budget_holds() -> None:
     while the bf16 plan of the same bytes holds fewer tokens and says so. Oracles: DeepSeek-V4's
     published entry sizes (bf16 main entry 512 x 2 B = 1024 B; fp8 ``448 e4m3 + 64 bf16 + 7
     ue8m0 + 1 pad`` = 584 B) and the planner's documented arithmetic ``num_block_pages =
-    (budget - n * (w * window + state)) // block_page_bytes``, ``max_context = min(context,
+    (budget - dummy - n * (w * window + state)) // block_page_bytes`` (``dummy``: the reserved
+    page 0 of each page space, ``block + window + state``), ``max_context = min(context,
     capacity)``."""
     from sglang_v4.mem_cache import kv_planner as kp
     from sglang_v4.tools import kv_planner
@@ -141,11 +142,14 @@ def test_fp8_kv_pool_raises_the_longest_request_the_same_budget_holds() -> None:
     main_bf16, main_fp8 = 512 * 2, 448 + 64 * 2 + 448 // 64 + 1
     assert (main_bf16, main_fp8) == (1024, 584)
     assert fp8_layout.block_page_bytes < bf16_layout.block_page_bytes
-    # one 1M-token request in fp8: its block pages, 3 window pages and its request state
+    # one 1M-token request in fp8: its block pages, 3 window pages and its request state, plus
+    # the pools' reserved page 0 of each space
+    dummy_fp8 = fp8_layout.block_page_bytes + fp8_layout.window_page_bytes + fp8_layout.request_state_bytes
     budget = (
         length // PAGE * fp8_layout.block_page_bytes
         + 3 * fp8_layout.window_page_bytes
         + fp8_layout.request_state_bytes
+        + dummy_fp8
     )
     fp8 = kp.plan_kv_pools(
         flash, "fp8_e4m3", budget_bytes=budget, context_length=length, max_running_requests=1
@@ -153,8 +157,11 @@ def test_fp8_kv_pool_raises_the_longest_request_the_same_budget_holds() -> None:
     bf16 = kp.plan_kv_pools(flash, "bf16", budget_bytes=budget, context_length=length, max_running_requests=1)
     assert fp8.kv_capacity_tokens == length and fp8.max_context == length
     assert fp8.max_concurrency == 1 and fp8.capacity_warning() is None
+    dummy_bf16 = (
+        bf16_layout.block_page_bytes + bf16_layout.window_page_bytes + bf16_layout.request_state_bytes
+    )
     want_bf16 = (
-        (budget - (3 * bf16_layout.window_page_bytes + bf16_layout.request_state_bytes))
+        (budget - dummy_bf16 - (3 * bf16_layout.window_page_bytes + bf16_layout.request_state_bytes))
         // bf16_layout.block_page_bytes
         * PAGE
     )

@@ -172,7 +172,12 @@ class KVPlan:
         max_context: longest single request the pools can hold, capped by ``context_length`` (the
             serving context: a server refuses longer requests; the model's context by default).
         max_concurrency: requests of ``context_length`` tokens that fit at once.
-        total_bytes: bytes of all planned pages and slots; budget_bytes: the budget (or None).
+        total_bytes: bytes of all planned (usable) pages and slots; budget_bytes: the budget
+            (or None).
+        dummy_bytes: bytes of the reserved id 0 of each page-id space (one block page, one
+            window page, one request slot) that the pools allocate on top of the planned units;
+            ``allocated_bytes = total_bytes + dummy_bytes`` is what ``DSV4KVPool`` holds, and
+            what a budget has to cover.
         state_bytes: fp32 compressor state planned (window snapshots + request slots).
         fragmentation_bytes: padding inside the planned pages (allocated but unusable);
             fragmentation_ratio: ``fragmentation_bytes / total_bytes``.
@@ -205,11 +210,18 @@ class KVPlan:
     window_pages_per_request: int = 3
     window_pages_per_block: float = 0.0
     extra_window_pages: int = 0
+    dummy_bytes: int = 0
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes the pools hold: the planned units plus the reserved page 0 of each space."""
+        return self.total_bytes + self.dummy_bytes
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable dict (the layout included as ``layout``)."""
         d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name != "layout"}
         d["layout"] = self.layout.to_dict()
+        d["allocated_bytes"] = self.allocated_bytes
         return d
 
     def capacity_warning(self) -> str | None:
@@ -337,7 +349,7 @@ def plan_kv_pools(
     blocks_per_req = -(-ctx // page_size)
     wpb = float(window_pages_per_block)
     blk_cost = blk + wpb * win  # a block page plus its share of resume-state window pages
-    fixed = extra_window_pages * win
+    fixed = extra_window_pages * win + blk + win + st  # extra window pages + the dummy units
 
     if budget_bytes is not None:
         if max_running_requests is not None:
@@ -351,7 +363,10 @@ def plan_kv_pools(
             raise ValueError(
                 f"budget_bytes: {budget_bytes} B cannot hold {n} request slot(s) "
                 f"({per_req_fixed} B each), {extra_window_pages} extra window page(s) "
-                f"({win} B each) plus one block page ({int(blk_cost)} B with its resume state)"
+                f"({win} B each), the reserved page 0 of each page space ({blk + win + st} B) "
+                f"plus one block page ({int(blk_cost)} B with its resume state); give the KV pools "
+                "more memory (raise --mem-fraction-static) or need less of it (lower "
+                "--max-running-requests, or --context-length when it sets the request slots)"
             )
     else:
         assert max_total_tokens is not None
@@ -405,4 +420,5 @@ def plan_kv_pools(
         window_pages_per_request=window_pages_per_request,
         window_pages_per_block=wpb,
         extra_window_pages=extra_window_pages,
+        dummy_bytes=int(blk + win + st),
     )

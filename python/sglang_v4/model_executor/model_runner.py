@@ -426,11 +426,11 @@ class ModelRunner:
         )
         if budget is None and self.workspace is not None:
             free, _ = torch.cuda.mem_get_info(self.device)
-            if plan.total_bytes + self.workspace.reserved_bytes > free:
+            if plan.allocated_bytes + self.workspace.reserved_bytes > free:
                 logger.warning(
                     "--max-total-tokens: the pools (%d B) and the forward workspace (%d B) exceed the "
                     "free device memory (%d B); a large batch may run out of memory",
-                    plan.total_bytes,
+                    plan.allocated_bytes,
                     self.workspace.reserved_bytes,
                     free,
                 )
