@@ -187,12 +187,15 @@ def test_port_check_agrees_with_the_bind_uvicorn_does(
     sock = _listen(family, addr, v6only)
     held.append(sock)
     port = sock.getsockname()[1]
+    refused = []
     for host in hosts:
         fails = _uvicorn_bind_fails(host, port)
         msg = bind_error(host, port)
         assert (msg is not None) == fails, (host, msg)
         if fails:
+            refused.append(host)
             assert msg is not None and msg.startswith("port: ") and f":{port} is already in use" in msg
+    assert addr in refused, refused  # the held address itself is taken: the check is not vacuous
 
 
 # --------------------------------------------------------------------------- config.json
