@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import faulthandler
 import json
 import multiprocessing
 import os
@@ -186,12 +187,15 @@ def test_port_check_agrees_with_the_bind_uvicorn_does(
     sock = _listen(family, addr, v6only)
     held.append(sock)
     port = sock.getsockname()[1]
+    refused = []
     for host in hosts:
         fails = _uvicorn_bind_fails(host, port)
         msg = bind_error(host, port)
         assert (msg is not None) == fails, (host, msg)
         if fails:
+            refused.append(host)
             assert msg is not None and msg.startswith("port: ") and f":{port} is already in use" in msg
+    assert addr in refused, refused  # the held address itself is taken: the check is not vacuous
 
 
 # --------------------------------------------------------------------------- config.json
@@ -249,21 +253,28 @@ def test_adapter_only_directory_names_the_missing_config(tmp_path: Any) -> None:
 # --------------------------------------------------------------------------- children that die
 
 
-def _sleep_forever(ignore_term: bool = False) -> None:
+def _sleep_forever(installed: Any, ignore_term: bool = False) -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a fork inherits Python's KeyboardInterrupt handler
     if ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    installed.set()
     while True:
         time.sleep(0.05)
 
 
-def _abort() -> None:
+def _abort(installed: Any) -> None:
+    faulthandler.disable()  # pytest's dump of the fork's stack would read as a crash of the run
     os.abort()
 
 
 def _start(target: Any, *args: Any) -> Any:
-    p = _FORK.Process(target=target, args=args, daemon=True)
+    """A forked child running ``target(installed, *args)``; for ``_sleep_forever`` this returns
+    only once the child's signal dispositions are installed (no race with the signals sent)."""
+    installed = _FORK.Event()
+    p = _FORK.Process(target=target, args=(installed, *args), daemon=True)
     p.start()
+    if target is _sleep_forever:
+        assert installed.wait(30), "the child did not install its signal handlers"
     return p
 
 
@@ -329,7 +340,6 @@ def test_children_stopped_by_the_process_group_signal_are_a_stop() -> None:
     ``SIGINT`` / ``SIGTERM`` (``-2`` / ``-15``) are a stop asked for, so the server exits 0 with the
     shutdown error instead of reporting a backend crash."""
     sched, detok = _start(_sleep_forever), _start(_sleep_forever)
-    time.sleep(0.1)  # the default SIGINT action installed
     procs = _procs(sched, detok)
     try:
         os.kill(sched.pid, signal.SIGTERM)
@@ -349,7 +359,6 @@ def test_shutdown_leaves_no_orphan_even_when_a_child_ignores_sigterm(monkeypatch
     no-op."""
     monkeypatch.setattr("sglang_v4.entrypoints.launcher.CHILD_STOP_TIMEOUT_S", 0.5)
     sched, detok, rank1 = _start(_sleep_forever, True), _start(_sleep_forever), _start(_sleep_forever, True)
-    time.sleep(0.1)  # the SIG_IGN installed
     procs = _procs(sched, detok, [rank1])
     t0 = time.monotonic()
     procs.shutdown()

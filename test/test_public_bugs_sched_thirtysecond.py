@@ -235,6 +235,8 @@ def test_vllm_56843_retracted_request_readmitted_before_a_later_one(
         if late in s.running or res.get("late", {}).get("finish"):
             assert retracted in s.running or retracted.finished_reason is not None
             break
+    else:
+        raise AssertionError("the newcomer was never admitted")
     for _ in range(4000):
         if not s.has_work():
             break
