@@ -14,8 +14,10 @@ no body. :func:`install_openapi` adds:
   route reads (``GenerateReqInput``'s types, the ``sampling_params`` keys of ``SamplingParams``);
 * the bodies of SGLang's native routes read by hand-written parsers
   (:func:`native_body_schemas`): ``/separate_reasoning``, ``/parse_function_call``,
-  ``/abort_request``, ``/update_weights_from_disk``, ``/pause_generation`` (whose body is
-  optional); ``POST /v1/batches`` has its pydantic model (``BatchCreateRequest``);
+  ``/abort_request``, ``/update_weights_from_disk``, and the optional ones of
+  ``/pause_generation``, ``/continue_generation``, ``/get_weights_by_name``, ``/start_profile``,
+  ``/configure_logging``; ``POST /v1/batches`` has its pydantic model (``BatchCreateRequest``);
+* ``POST /v1/files``'s ``multipart/form-data`` body (:func:`upload_body_schemas`);
 * unique ``operationId`` s (OpenAPI's rule; FastAPI repeats one for a route of several methods);
 * no ``422`` response on an operation whose only parameters are string path parameters (FastAPI
   lists its validation error for any parameter; a string path parameter always validates, and
@@ -28,6 +30,7 @@ The document stays OpenAPI 3.1 (JSON Schema 2020-12 schemas), built once on firs
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from fastapi import FastAPI
@@ -41,6 +44,7 @@ __all__ = [
     "install_openapi",
     "native_body_schemas",
     "request_body_models",
+    "upload_body_schemas",
 ]
 
 #: The error bodies of the server: OpenAI's nested ``error`` object (with SGLang's flat keys beside
@@ -193,14 +197,25 @@ def native_body_schemas() -> dict[tuple[str, str], tuple[dict[str, Any], bool]]:
       ``load_format`` ``auto`` / ``safetensors``, ``flush_cache`` only ``true``, ``is_async`` /
       ``manifest`` only unset;
     * ``/pause_generation`` (:func:`~.control_api.parse_pause_body`): optional; ``mode`` one of
-      the pause modes.
+      the pause modes;
+    * ``/get_weights_by_name`` (:func:`~.control_api.parse_get_weights_body`): ``name`` a
+      non-empty string, ``truncate_size`` an integer >= 0; optional (the query may carry them);
+    * ``/continue_generation`` (:func:`~.control_api.parse_continue_body`): optional;
+      ``torch_empty_cache`` a boolean;
+    * ``/start_profile`` (:func:`~.control_api.parse_profile_body`): optional; ``num_steps`` >= 1,
+      ``activities`` CPU / GPU (GPU on a CUDA server and a writable ``output_dir`` are the
+      route's checks), ``profile_id`` a file-name part, SGLang's staged-profile options unset;
+    * ``/configure_logging`` (:func:`~.control_api.parse_configure_logging_body`): optional; the
+      request-log level / format of their ranges, ``log_level`` a level name in any case, the
+      request-dump options unset.
 
     Empty when the routes' modules are not installed. Raises nothing.
     """
     try:
-        from sglang_v4.entrypoints.control_api import UPDATE_LOAD_FORMATS
+        from sglang_v4.entrypoints.control_api import LOG_LEVELS, UPDATE_LOAD_FORMATS
         from sglang_v4.entrypoints.openai.reasoning_parser import REASONING_PARSER_NAMES
         from sglang_v4.entrypoints.openai.tool_calls import TOOL_CALL_PARSER_NAMES
+        from sglang_v4.managers.request_log import LOG_REQUESTS_FORMATS, LOG_REQUESTS_LEVELS
         from sglang_v4.managers.tokenizer_control_mixin import PAUSE_MODES
     except ImportError:
         return {}
@@ -270,7 +285,67 @@ def native_body_schemas() -> dict[tuple[str, str], tuple[dict[str, Any], bool]]:
             {"type": "null"},
         ],
     }
+    get_weights = {
+        "title": "GetWeightsByNameRequest",
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 1},
+            "truncate_size": _opt({"type": "integer", "minimum": 0}),
+            "rid": _opt(string),
+        },
+        "required": ["name"],
+    }
+    resume = {
+        "title": "ContinueGenerationRequest",
+        "anyOf": [
+            {"type": "object", "properties": {"torch_empty_cache": _opt(boolean), "rid": _opt(string)}},
+            {"type": "null"},
+        ],
+    }
+    staged = ("start_step", "profile_by_stage", "merge_profiles", "profile_prefix", "profile_stages")
+    profile = {
+        "title": "ProfileReqInput",
+        "anyOf": [
+            {
+                "type": "object",
+                "properties": {
+                    "output_dir": _opt(string),
+                    "num_steps": _opt({"type": "integer", "minimum": 1}),
+                    "activities": _opt({"type": "array", "items": {"enum": ["CPU", "GPU"]}, "minItems": 1}),
+                    "with_stack": _opt(boolean),
+                    "record_shapes": _opt(boolean),
+                    "profile_id": _opt({"type": "string", "not": {"pattern": "/|^\\.{1,2}$"}}),
+                    "rid": _opt(string),
+                    **{k: unset for k in (*staged, "detailed_annotations")},
+                },
+            },
+            {"type": "null"},
+        ],
+    }
+    dumps = ("dump_requests_folder", "dump_requests_threshold", "crash_dump_folder")
+    any_case = "|".join("".join(f"[{c.lower()}{c.upper()}]" for c in lvl) for lvl in LOG_LEVELS)
+    log_config = {
+        "title": "ConfigureLoggingReq",
+        "anyOf": [
+            {
+                "type": "object",
+                "properties": {
+                    "log_requests": _opt(boolean),
+                    "log_requests_level": _opt({"enum": list(LOG_REQUESTS_LEVELS)}),
+                    "log_requests_format": _opt({"enum": list(LOG_REQUESTS_FORMATS)}),
+                    "log_level": _opt({"type": "string", "pattern": f"^({any_case})$"}),
+                    "rid": _opt(string),
+                    **{k: unset for k in (*dumps, "dump_requests_exclude_meta_keys")},
+                },
+            },
+            {"type": "null"},
+        ],
+    }
     return {
+        ("post", "/get_weights_by_name"): (get_weights, False),
+        ("post", "/continue_generation"): (resume, False),
+        ("post", "/start_profile"): (profile, False),
+        ("post", "/configure_logging"): (log_config, False),
         ("post", "/separate_reasoning"): (separate, True),
         ("post", "/parse_function_call"): (parse_calls, True),
         ("post", "/abort_request"): (abort, False),
@@ -300,6 +375,7 @@ def _complete(doc: dict[str, Any], bodies: dict[tuple[str, str], list[type[BaseM
     schemas["GenerateReqInput"] = generate_request_schema()
     generate = {"$ref": "#/components/schemas/GenerateReqInput"}
     natives = native_body_schemas()
+    uploads = upload_body_schemas()
     # FastAPI names a route's operations after its first method, so a route serving two methods has
     # one operationId twice; OpenAPI requires them unique (client generators key their methods on
     # them): each operation of a repeated id is named after its own method instead.
@@ -320,6 +396,11 @@ def _complete(doc: dict[str, Any], bodies: dict[tuple[str, str], list[type[BaseM
                     "required": native[1],
                     "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
                 }
+            elif (method, path) in uploads and "requestBody" not in op:
+                form = uploads[(method, path)]
+                schemas[form["title"]] = form
+                ref = {"$ref": f"#/components/schemas/{form['title']}"}
+                op["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": ref}}}
             elif path == "/generate" and "requestBody" not in op:
                 op["requestBody"] = {"required": True, "content": {"application/json": {"schema": generate}}}
             elif ms and "requestBody" not in op:
@@ -336,6 +417,39 @@ def _complete(doc: dict[str, Any], bodies: dict[tuple[str, str], list[type[BaseM
     return doc
 
 
+def upload_body_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """JSON Schemas (2020-12) of the ``multipart/form-data`` bodies, keyed by (lower-case method,
+    path): ``POST /v1/files`` (:meth:`~.openai.serving_files.FilesMixin.create_file`) as
+    the ``openai`` client sends it: a ``file`` part (its bytes), ``purpose`` one of OpenAI's upload
+    purposes, and ``expires_after`` as the two fields ``expires_after[anchor]`` (``created_at``)
+    and ``expires_after[seconds]`` (OpenAI's bounds). Empty when the files route is not
+    installed. Raises nothing."""
+    try:
+        from sglang_v4.entrypoints.openai.protocol_batch import (
+            FILE_EXPIRY_MAX_S,
+            FILE_EXPIRY_MIN_S,
+            FILE_PURPOSES,
+        )
+    except ImportError:
+        return {}
+    upload = {
+        "title": "CreateFileRequest",
+        "type": "object",
+        "properties": {
+            "file": {"type": "string", "contentMediaType": "application/octet-stream"},
+            "purpose": {"enum": list(FILE_PURPOSES)},
+            "expires_after[anchor]": {"const": "created_at"},
+            "expires_after[seconds]": {
+                "type": "integer",
+                "minimum": FILE_EXPIRY_MIN_S,
+                "maximum": FILE_EXPIRY_MAX_S,
+            },
+        },
+        "required": ["file", "purpose"],
+    }
+    return {("post", "/v1/files"): upload}
+
+
 def install_openapi(app: FastAPI) -> None:
     """Make ``app.openapi()`` (served at ``/openapi.json``) FastAPI's document completed by
     :func:`_complete` with :func:`request_body_models`; built on first call (after the routes
@@ -343,10 +457,14 @@ def install_openapi(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            # app.servers: FastAPI's /openapi.json route adds the --root-path prefix there first
-            doc = get_openapi(
-                title=app.title, version=app.version, routes=app.routes, servers=app.servers or None
-            )
+            # app.servers: FastAPI's /openapi.json route adds the --root-path prefix there first;
+            # FastAPI warns of the operationIds a route of several methods repeats, which
+            # _complete makes unique, so that warning would name a fault the document lacks
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Duplicate Operation ID", category=UserWarning)
+                doc = get_openapi(
+                    title=app.title, version=app.version, routes=app.routes, servers=app.servers or None
+                )
             app.openapi_schema = _complete(doc, request_body_models())
         return app.openapi_schema
 
