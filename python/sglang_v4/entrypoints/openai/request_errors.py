@@ -28,6 +28,7 @@ from sglang_v4.entrypoints.openai.protocol import (
 
 __all__ = [
     "GRAMMAR_FIELDS",
+    "LoneSurrogateError",
     "OPENAI_MAX_TEMPERATURE",
     "RequestError",
     "check_token_ids_in_vocab",
@@ -88,12 +89,14 @@ def loads_json_body(raw: bytes) -> Any:
     parser). Raises ``orjson.JSONDecodeError`` (a ``ValueError``) for text that is not JSON, and
     for bytes that are not UTF-8 (RFC 8259 section 8.1) one whose message says so and gives the
     first bad byte's offset (:func:`_not_utf8_error`; orjson's own message spoke of
-    "surrogates not allowed", a detail of Python's codec).
+    "surrogates not allowed", a detail of Python's codec). A ``\\uXXXX`` escape of a lone UTF-16
+    surrogate (RFC 8259 section 8.2: not a Unicode character) raises :class:`LoneSurrogateError`,
+    naming the field that holds it (:func:`_lone_surrogate_error`).
     """
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
-        raise _not_utf8_error(raw) or e from None
+        raise _not_utf8_error(raw) or _lone_surrogate_error(raw, e) or e from None
     if _LONG_INT.search(raw):
         try:
             data = json.loads(raw)
@@ -122,6 +125,58 @@ def _not_utf8_error(raw: bytes | bytearray | memoryview) -> orjson.JSONDecodeErr
     return None
 
 
+class LoneSurrogateError(orjson.JSONDecodeError):
+    """A JSON body whose ``\\uXXXX`` escapes spell a lone UTF-16 surrogate (U+D800 to U+DFFF
+    without its pair); ``param`` is the dotted path of the string or key holding it
+    (``messages.0.content``; a key with a surrogate is spelled with its ``\\uXXXX`` escape), ``""``
+    for a top-level string."""
+
+    param: str = ""
+
+
+def _surrogate_path(value: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    """The path of the first string or object key in ``value`` holding a surrogate code point."""
+    if isinstance(value, str):
+        return path if any("\ud800" <= c <= "\udfff" for c in value) else None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _surrogate_path(k, (*path, k)) or _surrogate_path(v, (*path, str(k)))
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _surrogate_path(v, (*path, str(i)))
+            if found is not None:
+                return found
+    return None
+
+
+def _lone_surrogate_error(
+    raw: bytes | bytearray | memoryview, e: orjson.JSONDecodeError
+) -> LoneSurrogateError | None:
+    """The error of a UTF-8 body that is JSON but for a lone-surrogate escape, else None.
+
+    The standard library decodes such an escape to the surrogate itself; the error names the
+    field it sits in and keeps orjson's position (the escape) for its line and column.
+    """
+    try:
+        path = _surrogate_path(json.loads(bytes(raw)))
+    except (ValueError, RecursionError):
+        return None
+    if path is None:
+        return None
+    # a key holding the surrogate is named by its escape (the error body must be UTF-8 itself)
+    param = ".".join(k.encode("utf-8", "backslashreplace").decode("utf-8") for k in path)
+    err = LoneSurrogateError(
+        f"{param or 'the body'}: a \\u escape spells a lone UTF-16 surrogate, which is not a Unicode "
+        "character (RFC 8259 section 8.2); escape characters above U+FFFF as a surrogate pair",
+        e.doc,
+        e.pos,
+    )
+    err.param = param
+    return err
+
+
 async def read_json_object(request: Request) -> dict[str, Any]:
     """The request body decoded as strict JSON (orjson) that must be an object.
 
@@ -132,7 +187,7 @@ async def read_json_object(request: Request) -> dict[str, Any]:
     try:
         data = loads_json_body(body) if body else None
     except orjson.JSONDecodeError as e:
-        raise RequestError(f"Invalid JSON body: {e}") from None
+        raise RequestError(f"Invalid JSON body: {e}", param=getattr(e, "param", None) or None) from None
     if not isinstance(data, dict):
         raise RequestError("The request body must be a JSON object.")
     return data
