@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import requests
-from server_fixture import ServerHandle, fake_output_ids, sse_events
+from server_fixture import ServerHandle
 
 MODEL = "default"
 USER = [{"role": "user", "content": "Hi"}]
@@ -53,29 +53,6 @@ def sse(server: ServerHandle, path: str, body: dict[str, Any]) -> list[dict[str,
     r = requests.post(server.url + path, json={**body, "stream": True}, stream=True, timeout=120)
     assert r.status_code == 200, r.text
     return [json.loads(line[6:]) for line in r.iter_lines() if line.startswith(b"data: {")]
-
-
-def generate_stream(server: ServerHandle, body: dict[str, Any]) -> list[Any]:
-    """The SSE payloads of a streamed ``/generate`` (``"[DONE]"`` last); asserts HTTP 200."""
-    with requests.post(
-        server.url + "/generate", json={**body, "stream": True}, stream=True, timeout=120
-    ) as r:
-        assert r.status_code == 200, r.text
-        return sse_events(r)
-
-
-def assert_400_naming(r: requests.Response, field: str) -> None:
-    """``r`` is HTTP 400 whose error message (SGLang's or OpenAI's shape) names ``field``."""
-    assert r.status_code == 400, r.text
-    body = r.json()
-    err = body["error"] if isinstance(body.get("error"), dict) else body
-    assert field in str(err.get("message", body)), body
-
-
-def assert_serving(server: ServerHandle, tok: Any) -> None:
-    """The server still answers a plain ``/generate`` with the fake model's first token."""
-    out = generate(server, {"text": "Hi", "sampling_params": {"max_new_tokens": 1}})
-    assert out["output_ids"] == fake_output_ids(tok, 1)
 
 
 def think_end_id(mtok: Any) -> int:

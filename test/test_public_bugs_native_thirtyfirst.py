@@ -21,17 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from public_bugs_testutil import assert_400_naming as _assert_400_naming
-from public_bugs_testutil import assert_serving as _alive
-from public_bugs_testutil import generate as _gen
-from public_bugs_testutil import generate_stream as _stream
-from public_bugs_testutil import post as _post
+import requests
 from scheduler_testutil import assert_idle, cold_output_ids, make_scheduler, run_one
 from server_fixture import (
     ServerHandle,
     fake_output_ids,
     fake_output_text,
     in_background,
+    sse_events,
     wait_running_reqs,
 )
 
@@ -48,6 +45,39 @@ def server(held_fake_server: ServerHandle) -> ServerHandle:
 def vocab_size(shared_fake_model_dir: Path) -> int:
     """``vocab_size`` of the served model's ``config.json`` (read with ``json.loads``)."""
     return int(json.loads((Path(shared_fake_model_dir) / "config.json").read_text())["vocab_size"])
+
+
+def _post(server: ServerHandle, path: str, body: dict[str, Any]) -> requests.Response:
+    """``POST path`` with ``body`` as JSON."""
+    return requests.post(server.url + path, json=body, timeout=60)
+
+
+def _gen(server: ServerHandle, body: dict[str, Any]) -> Any:
+    """The JSON answer of ``/generate``; asserts HTTP 200."""
+    r = _post(server, "/generate", body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _stream(server: ServerHandle, body: dict[str, Any]) -> list[Any]:
+    """The SSE payloads of a streamed ``/generate`` (``"[DONE]"`` last); asserts HTTP 200."""
+    with requests.post(server.url + "/generate", json={**body, "stream": True}, stream=True, timeout=60) as r:
+        assert r.status_code == 200, r.text
+        return sse_events(r)
+
+
+def _assert_400_naming(r: requests.Response, field: str) -> None:
+    """``r`` is HTTP 400 whose error message (SGLang's or OpenAI's shape) names ``field``."""
+    assert r.status_code == 400, r.text
+    body = r.json()
+    err = body["error"] if isinstance(body.get("error"), dict) else body
+    assert field in str(err.get("message", body)), body
+
+
+def _alive(server: ServerHandle, tok: Any) -> None:
+    """The server still answers a plain request with the fake model's first token."""
+    out = _gen(server, {"text": "Hi", "sampling_params": {"max_new_tokens": 1}})
+    assert out["output_ids"] == fake_output_ids(tok, 1)
 
 
 # ----------------------------------------------------------------------------- stop_token_ids
